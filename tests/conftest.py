@@ -1,0 +1,40 @@
+"""Shared fixtures. Tests that need the real data or weights in ../shared skip with a reason when absent."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("VQWAE_SHARED", REPO.parent / "shared"))
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"shared material not found at {SHARED} (set VQWAE_SHARED)")
+    return SHARED
+
+
+@pytest.fixture
+def shared_weights(shared_dir: Path) -> Path:
+    p = shared_dir / "weights"
+    if not p.is_dir():
+        pytest.skip(f"no pretrained metric weights at {p}")
+    return p
+
+
+@pytest.fixture
+def shared_data(shared_dir: Path) -> Path:
+    p = shared_dir / "data"
+    if not p.is_dir():
+        pytest.skip(f"no datasets at {p}")
+    return p
