@@ -1,0 +1,55 @@
+"""Codebook usage: histograms, perplexity and codes used.
+
+Perplexity is exp(entropy) of the code-usage distribution, at most K (the paper's Sec. 4.1 definition).
+Averaging per-batch perplexities is biased low, so evaluation accumulates ONE histogram over the whole
+split and every latent position (:class:`CodeUsage`) and takes the perplexity of that.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def code_histogram(indices: torch.Tensor, num_codes: int) -> torch.Tensor:
+    """Counts of each code in ``indices`` (any shape), as a float64 tensor of shape (K,)."""
+    return torch.bincount(indices.reshape(-1), minlength=num_codes).to(torch.float64)
+
+
+def perplexity_from_counts(counts: torch.Tensor) -> torch.Tensor:
+    """exp(-sum p log p) of a usage histogram; 0 for an empty histogram."""
+    total = counts.sum()
+    if total <= 0:
+        return torch.zeros((), dtype=torch.float64, device=counts.device)
+    p = counts / total
+    entropy = -(p * torch.log(p.clamp_min(1e-30))).sum()
+    return torch.exp(entropy)
+
+
+class CodeUsage:
+    """Accumulates one usage histogram over many batches (and, under DDP, over all ranks)."""
+
+    def __init__(self, num_codes: int, device: torch.device | str = "cpu"):
+        self.num_codes = num_codes
+        self.counts = torch.zeros(num_codes, dtype=torch.float64, device=device)
+
+    def update(self, indices: torch.Tensor) -> None:
+        self.counts += code_histogram(indices.to(self.counts.device), self.num_codes)
+
+    def reduce(self) -> "CodeUsage":
+        """Sum the histogram over DDP ranks (no-op outside torch.distributed)."""
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(self.counts)
+        return self
+
+    @property
+    def perplexity(self) -> float:
+        return float(perplexity_from_counts(self.counts))
+
+    @property
+    def codes_used(self) -> int:
+        return int((self.counts > 0).sum())
+
+    @property
+    def probabilities(self) -> torch.Tensor:
+        total = self.counts.sum()
+        return self.counts / total if total > 0 else self.counts.clone()
