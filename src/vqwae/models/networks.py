@@ -1,0 +1,126 @@
+"""The paper's convolutional encoders and decoders (App. D; the authors' code for the details).
+
+32x32 inputs (MNIST, CIFAR-10, SVHN): two 4x4 stride-2 convolutions, a 3x3 convolution, a residual stack,
+a 1x1 projection to D channels -> latent D x 8 x 8. The decoder mirrors it with transposed convolutions.
+64x64 inputs (CelebA): the same trunk with batch norm and 6 residual blocks -> latent D x 16 x 16.
+Inputs are in [0, 1] with no normalisation; conv weights start from N(0, 0.02) as in the authors' code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+ARCHITECTURES = ("conv32", "conv64")
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    arch: str = "conv32"  # "conv32" (latent 8x8) | "conv64" (CelebA, latent 16x16)
+    in_channels: int = 3  # 1 for MNIST
+    hidden: int = 128  # channels of the trunk
+    res_hidden: int = 32  # bottleneck channels inside a residual layer
+    num_res_layers: int = 2  # 2 for conv32, 6 for conv64 (the paper's CelebA encoder)
+    latent_dim: int = 64  # D, must equal the quantizer's dim
+    authors_quirks: bool = False  # conv32: reproduce the authors' shared residual weights and in-place ReLU
+
+    def __post_init__(self):
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(f"unknown arch {self.arch!r}; valid: {', '.join(ARCHITECTURES)}")
+
+
+class Residual(nn.Module):
+    """x + F(x), F = ReLU, conv3x3 (C -> R, no bias), [BN], ReLU, conv1x1 (R -> C, no bias), [BN]."""
+
+    def __init__(self, channels: int, hidden: int, batch_norm: bool = False, quirk_inplace: bool = False):
+        super().__init__()
+        norm = (lambda c: nn.BatchNorm2d(c)) if batch_norm else (lambda c: nn.Identity())
+        self.quirk_inplace = quirk_inplace
+        self.block = nn.Sequential(
+            nn.ReLU(),
+            nn.Conv2d(channels, hidden, 3, padding=1, bias=False),
+            norm(hidden),
+            nn.ReLU(),
+            nn.Conv2d(hidden, channels, 1, bias=False),
+            norm(channels),
+        )
+
+    def forward(self, x):
+        if self.quirk_inplace:  # the authors' in-place ReLU: computes ReLU(x) + F(ReLU(x))
+            x = torch.relu(x)
+        return x + self.block(x)
+
+
+class ResidualStack(nn.Module):
+    def __init__(self, channels, hidden, layers, batch_norm=False, shared=False, quirk_inplace=False):
+        super().__init__()
+        if shared:  # the authors' code repeats ONE residual layer `layers` times
+            one = Residual(channels, hidden, batch_norm, quirk_inplace)
+            self.layers = nn.ModuleList([one] * layers)
+        else:
+            self.layers = nn.ModuleList(Residual(channels, hidden, batch_norm, quirk_inplace) for _ in range(layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return torch.relu(x)
+
+
+def _bn(c: int, on: bool) -> nn.Module:
+    return nn.BatchNorm2d(c) if on else nn.Identity()
+
+
+class Encoder(nn.Module):
+    """(B, C, S, S) in [0, 1] -> (B, D, S/4, S/4)."""
+
+    def __init__(self, cfg: NetworkConfig):
+        super().__init__()
+        h, bn = cfg.hidden, cfg.arch == "conv64"
+        first = h // 4 if bn else h // 2  # conv64: 3 -> 32 -> 64 channels; conv32: C -> 64 -> 128
+        second = h // 2 if bn else h
+        self.net = nn.Sequential(
+            nn.Conv2d(cfg.in_channels, first, 4, stride=2, padding=1), _bn(first, bn), nn.ReLU(),
+            nn.Conv2d(first, second, 4, stride=2, padding=1), _bn(second, bn), nn.ReLU(),
+            nn.Conv2d(second, h, 3, padding=1),
+            ResidualStack(h, cfg.res_hidden, cfg.num_res_layers, bn, cfg.authors_quirks, cfg.authors_quirks),
+            nn.Conv2d(h, cfg.latent_dim, 1),
+        )
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class Decoder(nn.Module):
+    """(B, D, S/4, S/4) -> (B, C, S, S). conv32 has no output activation (as the authors); conv64 ends in a sigmoid."""
+
+    def __init__(self, cfg: NetworkConfig):
+        super().__init__()
+        h, bn = cfg.hidden, cfg.arch == "conv64"
+        mid = h // 2
+        self.net = nn.Sequential(
+            nn.ConvTranspose2d(cfg.latent_dim, h, 3, padding=1),
+            ResidualStack(h, cfg.res_hidden, cfg.num_res_layers, bn, cfg.authors_quirks, cfg.authors_quirks),
+            nn.ConvTranspose2d(h, mid, 4, stride=2, padding=1), _bn(mid, bn), nn.ReLU(),
+            nn.ConvTranspose2d(mid, cfg.in_channels, 4, stride=2, padding=1),
+            nn.Sigmoid() if bn else nn.Identity(),
+        )
+
+    def forward(self, z):
+        return self.net(z)
+
+
+def init_weights(module: nn.Module) -> None:
+    """N(0, 0.02) for every (transposed) convolution weight, as in the authors' code."""
+    for m in module.modules():
+        if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+def build_networks(cfg: NetworkConfig) -> tuple[Encoder, Decoder]:
+    enc, dec = Encoder(cfg), Decoder(cfg)
+    init_weights(enc)
+    init_weights(dec)
+    return enc, dec

@@ -1,0 +1,75 @@
+"""The paper's entropic semi-dual with a Kantorovich potential network (Sec. 2.2, Eq. (6); App. B).
+
+For each group m (a latent position), with latents z_i (weights 1/N), codewords c_k (weights pi_k):
+
+    S^m(phi) = sum_k pi_k phi(c_k) - eps/N sum_i log sum_k pi_k exp((phi(c_k) - ||z_i - c_k||^2) / eps)
+
+Any phi gives a lower bound of the entropic OT value W_eps (weak duality); the maximum equals it. phi^m is
+a small MLP on the codeword (D -> hidden -> 1), one per group, all groups batched in one einsum.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def semi_dual(cost: torch.Tensor, log_pi: torch.Tensor, phi: torch.Tensor, eps: float | torch.Tensor) -> torch.Tensor:
+    """S per group (G,) for cost (G, N, K), log_pi (G, K) and potential values phi (G, K)."""
+    inner = torch.logsumexp(log_pi.unsqueeze(1) + (phi.unsqueeze(1) - cost) / eps, dim=2)  # (G, N)
+    return (log_pi.exp() * phi).sum(-1) - eps * inner.mean(-1)
+
+
+class KantorovichPotential(nn.Module):
+    """G independent MLPs phi^g: R^D -> R (D -> hidden -> 1, ReLU), evaluated on all K codewords at once.
+
+    Its parameters are trained only by its own inner ascent (``ascend``), never by the model's optimiser:
+    they are registered with requires_grad=False and switched on only inside the inner loop. The inner Adam
+    is written out here (a few lines) so that its moments live in registered buffers: state_dict round-trips
+    and a resumed run continues bit-exactly.
+    """
+
+    def __init__(self, groups: int, dim: int, hidden: int = 64, lr: float = 1e-3, betas=(0.9, 0.999)):
+        super().__init__()
+        bound1, bound2 = 1.0 / math.sqrt(dim), 1.0 / math.sqrt(hidden)
+        self.w1 = nn.Parameter(torch.empty(groups, dim, hidden).uniform_(-bound1, bound1), requires_grad=False)
+        self.b1 = nn.Parameter(torch.zeros(groups, hidden), requires_grad=False)
+        self.w2 = nn.Parameter(torch.empty(groups, hidden).uniform_(-bound2, bound2), requires_grad=False)
+        self.b2 = nn.Parameter(torch.zeros(groups), requires_grad=False)
+        self.lr, self.betas, self.adam_eps = lr, betas, 1e-8
+        for name, p in self._potential_params():
+            self.register_buffer(f"exp_avg_{name}", torch.zeros_like(p))
+            self.register_buffer(f"exp_avg_sq_{name}", torch.zeros_like(p))
+        self.register_buffer("adam_step", torch.zeros((), dtype=torch.long))
+
+    def _potential_params(self):
+        return [("w1", self.w1), ("b1", self.b1), ("w2", self.w2), ("b2", self.b2)]
+
+    def forward(self, codebook: torch.Tensor) -> torch.Tensor:
+        """phi^g(c_k) for codebook (K, D) -> (G, K)."""
+        h = torch.relu(torch.einsum("kd,gdh->gkh", codebook, self.w1) + self.b1.unsqueeze(1))  # (G, K, H)
+        return torch.einsum("gkh,gh->gk", h, self.w2) + self.b2.unsqueeze(1)
+
+    @torch.no_grad()
+    def ascend(self, cost: torch.Tensor, log_pi: torch.Tensor, codebook: torch.Tensor, eps, iterations: int) -> None:
+        """``iterations`` Adam steps maximising sum_g S^g with the cost, pi and codebook held fixed."""
+        cost, log_pi, codebook = cost.detach(), log_pi.detach(), codebook.detach()
+        params = self._potential_params()
+        b1, b2 = self.betas
+        for _ in range(iterations):
+            with torch.enable_grad():
+                for _, p in params:
+                    p.requires_grad_(True)
+                objective = semi_dual(cost, log_pi, self(codebook), eps).sum()
+                grads = torch.autograd.grad(objective, [p for _, p in params])
+                for _, p in params:
+                    p.requires_grad_(False)
+            self.adam_step += 1
+            t = int(self.adam_step)
+            for (name, p), grad in zip(params, grads):
+                m, v = getattr(self, f"exp_avg_{name}"), getattr(self, f"exp_avg_sq_{name}")
+                m.mul_(b1).add_(grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
+                step = self.lr * math.sqrt(1 - b2**t) / (1 - b1**t)
+                p.addcdiv_(m, v.sqrt().add_(self.adam_eps), value=step)  # ascent: + lr * m / sqrt(v)

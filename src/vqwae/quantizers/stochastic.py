@@ -1,0 +1,79 @@
+"""SQ-VAE's Gaussian stochastic quantizer (Takida et al. 2022), the paper's strongest baseline.
+
+Posterior over codes: logits_k = -||z - c_k||^2 / (2 sigma^2), sigma^2 = 1 + exp(s), s learnable.
+Training feeds the decoder the SOFT mixture sum_k p~_k c_k of a Gumbel-softmax sample p~ at temperature
+tau = exp(-temperature_decay * step); evaluation feeds the argmax code (= the nearest codeword).
+
+Loss terms (the ELBO of sony/sqvae's Gaussian variant, per image):
+    "kl_discrete":   sum_{m,k} p_k log p_k / B                   (negative entropy of the code posterior)
+    "kl_continuous": sum_m ||z^m - z_q^m||^2 / (2 sigma^2) / B
+and the data term (D_x / 2) log MSE (``reconstruction_loss``), which replaces the plain MSE.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vqwae.ot.cost import squared_distances
+from vqwae.quantizers.base import Quantizer, QuantizerOutput, fp32
+
+
+@dataclass(frozen=True)
+class StochasticConfig:
+    num_codes: int = 512  # K
+    dim: int = 64  # D
+    log_var_init: float = math.log(20.0)  # s at start; the authors use log 20 (CIFAR-10), log 10 (MNIST)
+    temperature_decay: float = 1e-5  # tau = exp(-decay * step)
+    min_temperature: float = 1e-3  # floor on tau, only to keep the Gumbel-softmax finite on very long runs
+
+
+class StochasticQuantizer(Quantizer):
+    kind = "stochastic"
+
+    def __init__(self, num_codes: int = 512, dim: int = 64, **kwargs):
+        super().__init__(num_codes, dim)
+        self.config = cfg = StochasticConfig(num_codes=num_codes, dim=dim, **kwargs)
+        self.embedding = nn.Parameter(torch.randn(num_codes, dim))
+        self.log_var = nn.Parameter(torch.tensor(float(cfg.log_var_init)))
+        self.register_buffer("step", torch.zeros((), dtype=torch.long))  # drives the temperature
+
+    @property
+    def codebook(self) -> torch.Tensor:
+        return self.embedding
+
+    @property
+    def variance(self) -> torch.Tensor:
+        return 1.0 + self.log_var.exp()
+
+    @property
+    def temperature(self) -> float:
+        return max(math.exp(-self.config.temperature_decay * int(self.step)), self.config.min_temperature)
+
+    def reconstruction_loss(self, x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """(D_x / 2) log MSE, the Gaussian decoder's likelihood with the variance profiled out."""
+        d_x = x[0].numel()
+        return 0.5 * d_x * torch.log(F.mse_loss(x_hat, x))
+
+    @fp32
+    def forward(self, z: torch.Tensor, compute_loss: bool | None = None) -> QuantizerOutput:
+        self.check_input(z)
+        b = z.shape[0]
+        flat = self.flatten(z)  # (B, M, D)
+        logits = -squared_distances(flat, self.embedding) / (2 * self.variance)  # (B, M, K)
+        indices = logits.detach().argmax(-1)  # the nearest codeword
+        if self.training:
+            soft = F.gumbel_softmax(logits, tau=self.temperature, hard=False)
+            flat_q = soft @ self.embedding  # (B, M, D): the soft mixture
+            self.step += 1
+        else:
+            flat_q = F.embedding(indices, self.embedding)
+        losses = {}
+        if self.training if compute_loss is None else compute_loss:
+            log_p = torch.log_softmax(logits, dim=-1)
+            losses["kl_discrete"] = (log_p.exp() * log_p).sum() / b
+            losses["kl_continuous"] = (flat - flat_q).pow(2).sum() / (2 * self.variance) / b
+        return self._output(z, flat_q, indices, losses)

@@ -1,0 +1,81 @@
+"""VQ-VAE's quantizer (van den Oord et al. 2017), the baseline.
+
+Loss (the VQ-VAE objective as the paper writes it, Sec. 1):
+
+    "codebook":   ||sg(z) - z_q||^2                  (moves codewords to their latents)
+    "commitment": beta * ||z - sg(z_q)||^2,  beta = 0.25   (keeps the encoder close to its codes)
+
+Both are means over all latent elements. ``legacy_beta=True`` reproduces the authors' code, which puts beta
+on the codebook term instead (the well-known misplacement). ``ema=True`` replaces the codebook loss with
+exponential-moving-average codebook updates (van den Oord et al. 2017, App. A.1), statistics summed over
+DDP ranks so every rank keeps an identical codebook.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from vqwae.quantizers.base import Quantizer, QuantizerOutput, fp32
+
+
+@dataclass(frozen=True)
+class VectorConfig:
+    num_codes: int = 512  # K
+    dim: int = 64  # D
+    beta: float = 0.25  # commitment weight
+    legacy_beta: bool = False  # True: beta on the codebook term, as in the authors' code
+    ema: bool = False  # EMA codebook updates instead of the codebook loss
+    decay: float = 0.99  # EMA decay
+    ema_epsilon: float = 1e-5  # Laplace smoothing of the EMA cluster sizes
+
+
+class VectorQuantizer(Quantizer):
+    kind = "vector"
+
+    def __init__(self, num_codes: int = 512, dim: int = 64, **kwargs):
+        super().__init__(num_codes, dim)
+        self.config = cfg = VectorConfig(num_codes=num_codes, dim=dim, **kwargs)
+        self.embedding = nn.Parameter(torch.randn(num_codes, dim), requires_grad=not cfg.ema)  # N(0, 1)
+        self.register_buffer("ema_cluster_size", torch.zeros(num_codes))
+        self.register_buffer("ema_embed_sum", self.embedding.detach().clone())
+
+    @property
+    def codebook(self) -> torch.Tensor:
+        return self.embedding
+
+    @torch.no_grad()
+    def _ema_update(self, flat: torch.Tensor, indices: torch.Tensor) -> None:
+        cfg = self.config
+        x = flat.reshape(-1, self.dim)
+        idx = indices.reshape(-1)
+        counts = torch.bincount(idx, minlength=self.num_codes).float()
+        sums = torch.zeros_like(self.ema_embed_sum).index_add_(0, idx, x)
+        if dist.is_available() and dist.is_initialized():
+            dist.all_reduce(counts)
+            dist.all_reduce(sums)
+        self.ema_cluster_size.mul_(cfg.decay).add_(counts, alpha=1 - cfg.decay)
+        self.ema_embed_sum.mul_(cfg.decay).add_(sums, alpha=1 - cfg.decay)
+        n = self.ema_cluster_size.sum()
+        smoothed = (self.ema_cluster_size + cfg.ema_epsilon) / (n + self.num_codes * cfg.ema_epsilon) * n
+        self.embedding.copy_(self.ema_embed_sum / smoothed.unsqueeze(1))
+
+    @fp32
+    def forward(self, z: torch.Tensor, compute_loss: bool | None = None) -> QuantizerOutput:
+        self.check_input(z)
+        cfg = self.config
+        flat = self.flatten(z)  # (B, M, D)
+        indices = self.nearest(flat)
+        z_q = F.embedding(indices, self.embedding)
+        losses = {}
+        if self.training if compute_loss is None else compute_loss:
+            commit_w = 1.0 if cfg.legacy_beta else cfg.beta
+            losses["commitment"] = commit_w * F.mse_loss(flat, z_q.detach())
+            if not cfg.ema:
+                losses["codebook"] = (cfg.beta if cfg.legacy_beta else 1.0) * F.mse_loss(z_q, flat.detach())
+            elif self.training:
+                self._ema_update(flat.detach(), indices)
+        return self._output(z, self.straight_through(flat, z_q), indices, losses)
