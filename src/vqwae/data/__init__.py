@@ -1,0 +1,21 @@
+"""The dataset layer: ``load_splits(name, root, ...)`` -> train / val / test + :class:`DatasetInfo`.
+
+>>> from vqwae.data import load_splits
+>>> s = load_splits("digits", None)            # no files needed
+>>> x, y = s.train[0]                           # float32 (1, 32, 32) in [0, 1], int64 label
+>>> s.info
+DatasetInfo(name='digits', channels=1, image_size=32, num_classes=10)
+
+Datasets (:data:`DATASETS`): ``mnist`` (1x32x32), ``cifar10`` (3x32x32, python batches or JPEG
+tree), ``svhn`` (3x32x32), ``celeba`` (3x64x64), ``imagefolder`` (3xSxS, any images), ``digits``
+(1x32x32, scikit-learn's embedded digits). Each module documents its layouts and splits.
+Splits are held in memory as one tensor (:class:`ImageTensorDataset`); decoded JPEG folders
+are cached under ``$VQWAE_CACHE`` (default ``~/.cache/vqwae``).
+"""
+from .base import (CorruptImageError, DatasetInfo, DatasetNotFoundError, ImageTensorDataset,
+                   Splits)
+from .cache import cache_dir
+from .registry import DATASETS, LOADERS, load_splits, register_dataset
+
+__all__ = ["load_splits", "DATASETS", "DatasetInfo", "Splits", "ImageTensorDataset",
+           "DatasetNotFoundError", "CorruptImageError", "register_dataset", "cache_dir", "LOADERS"]

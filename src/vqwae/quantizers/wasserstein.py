@@ -60,7 +60,7 @@ class WassersteinConfig:
 
 
 def initial_pi(kind: str, groups: int, num_codes: int) -> torch.Tensor:
-    """Initial code weights (groups, K). "peaked": a sharp Laplace bump (scale K/16) centred on K/2;
+    """Initial code weights (groups, K). "peaked": a sharp Laplace bump (scale K/8) centred on K/2;
     "gaussian": a broad bell (std K/4) centred on K/2; both shapes follow the paper's init figure."""
     _choice("pi_init", kind, PI_INITS)
     k = torch.arange(num_codes, dtype=torch.float64)
@@ -68,7 +68,7 @@ def initial_pi(kind: str, groups: int, num_codes: int) -> torch.Tensor:
     if kind == "uniform":
         p = torch.ones(num_codes, dtype=torch.float64)
     elif kind == "peaked":
-        p = torch.exp(-(k - centre).abs() / max(num_codes / 16, 1e-3))
+        p = torch.exp(-(k - centre).abs() / max(num_codes / 8, 1e-3))
     else:
         p = torch.exp(-0.5 * ((k - centre) / max(num_codes / 4, 1e-3)) ** 2)
     return (p / p.sum()).float().expand(groups, num_codes).clone()

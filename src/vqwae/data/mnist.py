@@ -1,0 +1,107 @@
+"""MNIST: 1x32x32 (the 28x28 digits resized once, in bulk, bilinear + antialias).
+
+Layout: torchvision's, ``ROOT/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte`` (``.gz``
+files are read too); ``ROOT`` may also be the ``MNIST`` folder or the ``raw`` folder itself.
+Splits: train = the first 50,000 official training images, val = the last 10,000 (in general
+the last ``min(10000, n // 6)``), test = the official 10,000 test images.
+"""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .base import DatasetInfo, ImageTensorDataset, Splits, limit, not_found, resize_uint8
+
+NAME = "mnist"
+FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+LAYOUTS = [
+    "ROOT/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (torchvision.datasets.MNIST)",
+    "ROOT/raw/... or ROOT/... with those four files (ROOT = the MNIST or raw folder itself)",
+]
+HOW = ("pass download=True when online (torchvision downloads into ROOT/MNIST/raw), or "
+       "--data-root / root pointing at a folder with that layout (e.g. ../shared/data)")
+
+
+def _find(path: Path, stem: str) -> Optional[Path]:
+    for p in (path / stem, path / (stem + ".gz")):
+        if p.is_file():
+            return p
+    return None
+
+
+def _raw_dir(root: Path) -> Optional[Path]:
+    """The folder holding the four IDX files, or None."""
+    for cand in (root / "MNIST" / "raw", root / "raw", root):
+        if all(_find(cand, s) for s in FILES.values()):
+            return cand
+    return None
+
+
+def read_idx(path: Path) -> torch.Tensor:
+    """Read an IDX (ubyte) file, optionally gzipped, into a uint8 tensor."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+        if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
+            raise ValueError("bad IDX magic number (expected unsigned-byte IDX)")
+        ndim = data[3]
+        dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+        offset = 4 + 4 * ndim
+        count = int(np.prod(dims)) if dims else 0
+        if len(data) - offset != count:
+            raise ValueError(f"size mismatch: header says {dims}, file has {len(data) - offset} bytes")
+        arr = np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
+    except (OSError, ValueError, EOFError) as e:
+        raise not_found(NAME, path.parent, LAYOUTS, HOW, f"unreadable file {path}: {e}") from e
+    return torch.from_numpy(arr.copy())
+
+
+def load(root, *, train_limit=None, eval_limit=None, download=False, image_size=None,
+         seed=0) -> Splits:
+    """Load MNIST splits (see the module docstring)."""
+    size = int(image_size or 32)
+    root = Path(root).expanduser()
+    raw = _raw_dir(root)
+    if raw is None and download:
+        from torchvision.datasets import MNIST
+
+        try:
+            for train in (True, False):
+                MNIST(str(root), train=train, download=True)
+        except Exception as e:
+            raise not_found(NAME, root, LAYOUTS, HOW, f"download failed: {e}") from e
+        raw = _raw_dir(root)
+    if raw is None:
+        missing = [s for s in FILES.values() if not _find(root / "MNIST" / "raw", s)]
+        raise not_found(NAME, root / "MNIST" / "raw", LAYOUTS, HOW, f"missing {missing}")
+
+    tr_x, tr_y = read_idx(_find(raw, FILES["train_images"])), read_idx(_find(raw, FILES["train_labels"]))
+    te_x, te_y = read_idx(_find(raw, FILES["test_images"])), read_idx(_find(raw, FILES["test_labels"]))
+    for x, y, what in ((tr_x, tr_y, "train"), (te_x, te_y, "test")):
+        if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
+            raise not_found(NAME, raw, LAYOUTS, HOW,
+                            f"{what} images {tuple(x.shape)} and labels {tuple(y.shape)} disagree")
+
+    n_val = min(10000, tr_x.shape[0] // 6)
+    n_tr = tr_x.shape[0] - n_val
+    k_tr, k_val, k_te = limit(n_tr, train_limit), limit(n_val, eval_limit), limit(te_x.shape[0], eval_limit)
+
+    def make(x: torch.Tensor, y: torch.Tensor) -> ImageTensorDataset:
+        return ImageTensorDataset(resize_uint8(x.unsqueeze(1), size), y.long())
+
+    return Splits(
+        train=make(tr_x[:k_tr], tr_y[:k_tr]),
+        val=make(tr_x[n_tr:n_tr + k_val], tr_y[n_tr:n_tr + k_val]),
+        test=make(te_x[:k_te], te_y[:k_te]),
+        info=DatasetInfo(NAME, channels=1, image_size=size, num_classes=10),
+    )

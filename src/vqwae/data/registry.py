@@ -1,0 +1,96 @@
+"""The dataset registry and :func:`load_splits`, the one entry point of :mod:`vqwae.data`.
+
+Each dataset is a module with a ``load(root, *, train_limit, eval_limit, download, image_size,
+seed) -> Splits`` function; :func:`register_dataset` adds more.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+from . import celeba, cifar10, digits, imagefolder, mnist, svhn
+from .base import ImageTensorDataset, Splits, not_found
+
+__all__ = ["DATASETS", "load_splits", "register_dataset", "LOADERS"]
+
+Loader = Callable[..., Splits]
+
+_MODULES = {"mnist": mnist, "cifar10": cifar10, "svhn": svhn, "celeba": celeba,
+            "imagefolder": imagefolder, "digits": digits}
+LOADERS: dict[str, Loader] = {name: m.load for name, m in _MODULES.items()}
+#: The valid dataset names (``load_splits`` also accepts them in any case, with ``-`` / ``_``).
+#: A list updated in place by :func:`register_dataset`, so every importer sees additions.
+DATASETS: list[str] = list(LOADERS)
+NEEDS_NO_ROOT = {"digits"}
+
+
+def register_dataset(name: str, loader: Loader) -> None:
+    """Register ``loader`` (same signature as :func:`load_splits` minus ``name``) under ``name``."""
+    key = _normalise(name)
+    LOADERS[key] = loader
+    if key not in DATASETS:
+        DATASETS.append(key)
+
+
+def _normalise(name: str) -> str:
+    return str(name).strip().lower().replace("-", "").replace("_", "")
+
+
+def _cap(ds, n: Optional[int]):
+    """Enforce a limit on a returned split (loaders already apply it; this is a safety net)."""
+    if n is None or len(ds) <= n:
+        return ds
+    if isinstance(ds, ImageTensorDataset):
+        return ImageTensorDataset(ds.images[:n], ds.labels[:n], ds.classes)
+    from torch.utils.data import Subset
+
+    return Subset(ds, range(n))
+
+
+def load_splits(name: str, root: Union[str, os.PathLike, None], *, train_limit: Optional[int] = None,
+                eval_limit: Optional[int] = None, download: bool = False,
+                image_size: Optional[int] = None, seed: int = 0) -> Splits:
+    """Load the train / val / test splits of dataset ``name`` stored under ``root``.
+
+    Args:
+        name: one of :data:`DATASETS` (``mnist``, ``cifar10``, ``svhn``, ``celeba``,
+            ``imagefolder``, ``digits``).
+        root: folder holding the data in one of the layouts documented in the dataset's module
+            (ignored, may be ``None``, for ``digits``).
+        train_limit: keep only the first N training images (``None``: all).
+        eval_limit: keep only the first N images of val and of test.
+        download: let torchvision download the data into ``root`` if it is missing (needs
+            network; mnist, cifar10, svhn, celeba).
+        image_size: side of the served square images; default per dataset (32 for mnist,
+            cifar10, svhn, digits; 64 for celeba and imagefolder). Resized in bulk when set.
+        seed: seed of the permutation splits (digits, imagefolder); official splits ignore it.
+
+    Returns:
+        :class:`~vqwae.data.base.Splits` with ``train``, ``val``, ``test`` datasets of
+        ``(float32 image (C, H, W) in [0, 1], int64 label)`` items and ``info``.
+
+    Raises:
+        ValueError: unknown ``name`` (the message lists the valid ones) or bad limits.
+        DatasetNotFoundError: the data is missing or unreadable under ``root``.
+        CorruptImageError: an image file cannot be decoded (the message names it).
+    """
+    key = _normalise(name)
+    if key not in LOADERS:
+        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(LOADERS)}")
+    for what, v in (("train_limit", train_limit), ("eval_limit", eval_limit)):
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise ValueError(f"{what} must be a non-negative int or None, got {v!r}")
+    if image_size is not None and (not isinstance(image_size, int) or image_size < 1):
+        raise ValueError(f"image_size must be a positive int or None, got {image_size!r}")
+    if root is None and key not in NEEDS_NO_ROOT:
+        mod = _MODULES.get(key)
+        if mod is not None and hasattr(mod, "LAYOUTS"):
+            raise not_found(key, None, mod.LAYOUTS, mod.HOW)
+        raise ValueError(f"dataset {key!r} needs a root folder")
+    s = LOADERS[key](Path(root) if root is not None else None, train_limit=train_limit,
+                     eval_limit=eval_limit, download=download, image_size=image_size, seed=seed)
+    s.train = _cap(s.train, train_limit)
+    s.val = _cap(s.val, eval_limit)
+    s.test = _cap(s.test, eval_limit)
+    return s
