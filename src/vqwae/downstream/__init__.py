@@ -1,0 +1,24 @@
+"""Representation studies on a frozen autoencoder: linear probe and t-SNE with a silhouette score."""
+from vqwae.downstream.probe import (
+    FEATURE_KINDS,
+    ProbeResult,
+    Standardizer,
+    extract_features,
+    linear_probe,
+    probe_autoencoder,
+)
+from vqwae.downstream.tsne import TSNEResult, plot_embedding, silhouette_2d, tsne_embed, tsne_plot
+
+__all__ = [
+    "FEATURE_KINDS",
+    "ProbeResult",
+    "Standardizer",
+    "TSNEResult",
+    "extract_features",
+    "linear_probe",
+    "plot_embedding",
+    "probe_autoencoder",
+    "silhouette_2d",
+    "tsne_embed",
+    "tsne_plot",
+]

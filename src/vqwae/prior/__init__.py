@@ -1,0 +1,24 @@
+"""Stage two: a gated PixelCNN prior over the frozen autoencoder's code grids, its training and sampling."""
+from vqwae.prior.pixelcnn import GatedMaskedLayer, GatedPixelCNN, PixelCNNConfig
+from vqwae.prior.sampling import sample
+from vqwae.prior.train import (
+    PriorTrainResult,
+    cached_codes,
+    evaluate_bpc,
+    extract_codes,
+    train_prior,
+    weights_fingerprint,
+)
+
+__all__ = [
+    "GatedMaskedLayer",
+    "GatedPixelCNN",
+    "PixelCNNConfig",
+    "PriorTrainResult",
+    "cached_codes",
+    "evaluate_bpc",
+    "extract_codes",
+    "sample",
+    "train_prior",
+    "weights_fingerprint",
+]

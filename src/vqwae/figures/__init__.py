@@ -1,0 +1,20 @@
+"""Figures (matplotlib, Agg canvas, PNG at 120 dpi); no pyplot global state is touched.
+
+* :func:`reconstruction_grid` -- originals above their reconstructions.
+* :func:`usage_histogram` -- code-usage frequency with the learned pi overlaid (the paper's
+  "latent distribution over the codebook"), perplexity and codes used in the title.
+* :func:`side_by_side_usage` -- usage histograms of several models.
+* :func:`training_curves` -- every numeric key of a metrics.jsonl log, grouped in panels.
+"""
+from vqwae.figures.curves import read_metrics_jsonl, training_curves
+from vqwae.figures.reconstructions import reconstruction_grid
+from vqwae.figures.usage import side_by_side_usage, usage_histogram, usage_summary
+
+__all__ = [
+    "reconstruction_grid",
+    "usage_histogram",
+    "side_by_side_usage",
+    "usage_summary",
+    "training_curves",
+    "read_metrics_jsonl",
+]

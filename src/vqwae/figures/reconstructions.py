@@ -1,0 +1,77 @@
+"""Originals above their reconstructions."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from vqwae.figures._common import PathLike, images_to_numpy, new_figure, save_png
+
+__all__ = ["reconstruction_grid"]
+
+
+def _strip(images: np.ndarray, nrow: int, pad: int) -> np.ndarray:
+    """(n <= nrow, H, W, C) -> one (H, nrow*(W+pad)-pad, C) strip, white padding and empty slots."""
+    n, h, w, c = images.shape
+    out = np.ones((h, nrow * (w + pad) - pad, c), dtype=np.float32)
+    for i in range(n):
+        out[:, i * (w + pad) : i * (w + pad) + w] = images[i]
+    return out
+
+
+def reconstruction_grid(
+    originals,
+    reconstructions,
+    path: PathLike,
+    nrow: int = 8,
+    *,
+    title: Optional[str] = "Reconstructions",
+    max_images: int = 64,
+) -> Path:
+    """Save a PNG with rows of ``nrow`` originals, each followed by the row of their reconstructions.
+
+    ``originals`` / ``reconstructions``: (N, C, H, W) in [0, 1] (tensors or arrays; clipped). At most
+    ``max_images`` pairs are drawn. Rows are labelled "original" / "reconstruction".
+    """
+    orig, rec = images_to_numpy(originals), images_to_numpy(reconstructions)
+    if orig.shape != rec.shape:
+        raise ValueError(f"originals {orig.shape} and reconstructions {rec.shape} differ in shape")
+    n = min(len(orig), max_images)
+    if n == 0:
+        raise ValueError("no images to draw")
+    nrow = max(1, min(int(nrow), n))
+    orig, rec = orig[:n], rec[:n]
+    grey = orig.shape[-1] == 1
+    h, w = orig.shape[1:3]
+    pad = max(1, w // 16)
+    chunks = [(orig[i : i + nrow], rec[i : i + nrow]) for i in range(0, n, nrow)]
+
+    strip_w_px = nrow * (w + pad) - pad
+    strip_in = min(10.0, 1.1 * nrow)  # inches for one strip of images
+    row_h = strip_in * h / strip_w_px
+    head = 0.55 if title else 0.1  # inches above the first row
+    fig_h = head + 2 * len(chunks) * row_h * 1.12 + 0.05
+    fig_w = strip_in + 1.6  # 1.5 in on the left for the row labels
+    fig = new_figure(fig_w, fig_h)
+    axes = fig.subplots(2 * len(chunks), 1, squeeze=False)[:, 0]
+    for k, (o, r) in enumerate(chunks):
+        for j, (imgs, label) in enumerate(((o, "original"), (r, "reconstruction"))):
+            ax = axes[2 * k + j]
+            strip = _strip(imgs, nrow, pad)
+            if grey:
+                ax.imshow(strip[..., 0], cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest")
+            else:
+                ax.imshow(strip, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            for side in ax.spines.values():
+                side.set_visible(False)
+            ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=10,
+                          color="black" if j == 0 else "tab:blue")
+    if title:
+        sep = "\n" if nrow < 6 else " "
+        fig.suptitle(f"{title}:{sep}originals above reconstructions ({n} images)", fontsize=11,
+                     y=1 - 0.08 / fig_h, va="top")
+    fig.subplots_adjust(top=1 - head / fig_h, bottom=0.05 / fig_h, left=1.5 / fig_w, right=1 - 0.1 / fig_w, hspace=0.12)
+    return save_png(fig, path)

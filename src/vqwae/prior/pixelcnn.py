@@ -1,0 +1,223 @@
+"""Gated PixelCNN prior over grids of code indices (van den Oord et al., 2016, "Conditional Image
+Generation with PixelCNN Decoders"), the stage-two model the paper fits to the frozen autoencoder's codes.
+
+Architecture
+------------
+* Input: a (B, H, W) grid of code indices, embedded by ``nn.Embedding(K, C)``.
+* Two stacks, so there is no blind spot:
+
+  - the *vertical* stack sees only rows strictly above the current row (all columns within its growing
+    receptive field). The first (mask A) layer uses a (k//2, k) kernel on rows i-k//2 .. i-1; later
+    (mask B) layers use a (k//2 + 1, k) kernel on rows i-k//2 .. i of the vertical features, which by
+    induction depend only on input rows < i.
+  - the *horizontal* stack sees the current row to the left: mask A uses a (1, k//2) kernel on columns
+    j-k//2 .. j-1 (the current position excluded), mask B a (1, k//2 + 1) kernel on columns j-k//2 .. j.
+    It receives the vertical stack's pre-activation through a 1x1 convolution (the "V->H" link), and has
+    a 1x1 output convolution with a residual connection in every layer except the first (a residual
+    there would feed the current input position forward).
+
+  Masking is done with asymmetric padding and cropping, not with weight masks, so no multiplication is
+  wasted on zeroed weights. Convolutions only ever look up and left (plus right in the vertical stack),
+  never down, which is what lets :func:`vqwae.prior.sampling.sample` run the network on the first i+1
+  rows only when it samples row i.
+* Gates: ``tanh(a) * sigmoid(b)`` on both stacks; with ``num_classes`` set, a learned per-layer class
+  embedding is added to the gate pre-activations of both stacks (the paper's h-conditioning with a
+  one-hot h).
+* Output head: ReLU, 1x1 conv (C -> C), ReLU, 1x1 conv (C -> K) on the horizontal stack: logits
+  (B, K, H, W). Works for any grid size (8x8, 16x16, non-square).
+
+The default width is 64 channels per stack (the widely used "pytorch-vqvae" gated PixelCNN: 64
+channels, 15 layers; 1.5M parameters with K = 512). Measured on this project's 2-core CPU: about 0.3 s
+per batch of 128 8x8 grids, i.e. about 2 minutes per epoch of 50k grids when the cores are idle (5 minutes
+when they are shared); ``hidden_channels=32`` (0.4M parameters) is about 3x faster for quick experiments.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+MODEL_TYPE = "gated_pixelcnn"
+
+
+@dataclass(frozen=True)
+class PixelCNNConfig:
+    num_codes: int = 512  # K: codebook size = number of categories per grid position (paper: 512)
+    num_classes: int | None = None  # None: unconditional prior; n: class-conditional (embedding added to every gate)
+    hidden_channels: int = 64  # channels per stack; ~2 min per epoch of 50k 8x8 grids on 2 CPU cores
+    num_layers: int = 15  # gated layers in total: 1 mask-A layer + (num_layers - 1) mask-B layers (paper: 15)
+    first_kernel_size: int = 7  # the mask-A layer's kernel (7x7, odd, >= 3)
+    kernel_size: int = 3  # every later mask-B layer's kernel (3x3, odd, >= 1)
+
+    def __post_init__(self):
+        if self.num_codes < 2:
+            raise ValueError(f"num_codes must be >= 2, got {self.num_codes}")
+        if self.num_classes is not None and self.num_classes < 1:
+            raise ValueError(f"num_classes must be None or >= 1, got {self.num_classes}")
+        if self.hidden_channels < 1 or self.num_layers < 1:
+            raise ValueError("hidden_channels and num_layers must be positive")
+        if self.first_kernel_size < 3 or self.first_kernel_size % 2 == 0:
+            raise ValueError(f"first_kernel_size must be odd and >= 3, got {self.first_kernel_size}")
+        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
+
+    def to_dict(self) -> dict:
+        return {"model_type": MODEL_TYPE, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PixelCNNConfig":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in fields})
+
+
+def _gate(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=1)
+    return torch.tanh(a) * torch.sigmoid(b)
+
+
+class GatedMaskedLayer(nn.Module):
+    """One gated layer with a vertical and a horizontal stack.
+
+    ``mask_a=True`` (first layer): neither stack sees the current position; the vertical stack sees rows
+    strictly above, the horizontal stack columns strictly to the left. ``mask_a=False``: the vertical
+    stack also reads its own features of the current row (which depend on rows above only) and the
+    horizontal stack reads its own features at the current position.
+    """
+
+    def __init__(self, channels: int, kernel_size: int, *, mask_a: bool, residual: bool,
+                 num_classes: int | None = None):
+        super().__init__()
+        self.channels, self.kernel_size, self.mask_a, self.residual = channels, kernel_size, mask_a, residual
+        r = self.r = kernel_size // 2
+        reach = r if mask_a else r + 1  # rows above (+ current) / columns left (+ current)
+        if reach < 1:
+            raise ValueError("a mask-A layer needs kernel_size >= 3")
+        self.v_conv = nn.Conv2d(channels, 2 * channels, (reach, kernel_size))
+        self.h_conv = nn.Conv2d(channels, 2 * channels, (1, reach))
+        self.v_to_h = nn.Conv2d(2 * channels, 2 * channels, 1)
+        self.h_out = nn.Conv2d(channels, channels, 1)
+        self.class_embed = nn.Embedding(num_classes, 4 * channels) if num_classes else None
+
+    def forward(self, v: torch.Tensor, h: torch.Tensor, labels: torch.Tensor | None = None):
+        H, W = v.shape[-2:]
+        r = self.r
+        # vertical: pad top by r (no bottom padding: never look down), left/right by r
+        v_pre = self.v_conv(F.pad(v, (r, r, r, 0)))[:, :, :H]  # mask A: H+1 rows -> row i sees i-r..i-1
+        # horizontal: pad left by r (never look right)
+        h_pre = self.h_conv(F.pad(h, (r, 0, 0, 0)))[:, :, :, :W]  # mask A: W+1 cols -> col j sees j-r..j-1
+        h_pre = h_pre + self.v_to_h(v_pre)
+        if self.class_embed is not None:
+            if labels is None:
+                raise ValueError("this layer is class-conditional: labels are required")
+            cv, ch = self.class_embed(labels).chunk(2, dim=1)
+            v_pre = v_pre + cv[:, :, None, None]
+            h_pre = h_pre + ch[:, :, None, None]
+        v_out = _gate(v_pre)
+        h_out = self.h_out(_gate(h_pre))
+        if self.residual:
+            h_out = h_out + h
+        return v_out, h_out
+
+
+class GatedPixelCNN(nn.Module):
+    """Gated PixelCNN over (B, H, W) code grids; ``forward`` returns logits (B, K, H, W).
+
+    The logits at raster position (i, j) depend only on codes at raster positions before (i, j)."""
+
+    def __init__(self, config: PixelCNNConfig):
+        super().__init__()
+        self.config = config
+        C = config.hidden_channels
+        self.embedding = nn.Embedding(config.num_codes, C)
+        layers = [GatedMaskedLayer(C, config.first_kernel_size, mask_a=True, residual=False,
+                                   num_classes=config.num_classes)]
+        for _ in range(config.num_layers - 1):
+            layers.append(GatedMaskedLayer(C, config.kernel_size, mask_a=False, residual=True,
+                                           num_classes=config.num_classes))
+        self.layers = nn.ModuleList(layers)
+        self.head = nn.Sequential(nn.ReLU(), nn.Conv2d(C, C, 1), nn.ReLU(), nn.Conv2d(C, config.num_codes, 1))
+
+    @property
+    def num_codes(self) -> int:
+        return self.config.num_codes
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def _check_labels(self, labels, batch: int) -> torch.Tensor | None:
+        if self.config.num_classes is None:
+            if labels is not None:
+                raise ValueError("labels given to an unconditional prior (config.num_classes is None)")
+            return None
+        if labels is None:
+            raise ValueError("this prior is class-conditional: pass labels (B,) long")
+        labels = torch.as_tensor(labels, device=self.device).long().reshape(-1)
+        if labels.numel() != batch:
+            raise ValueError(f"expected {batch} labels, got {labels.numel()}")
+        return labels
+
+    def embed(self, codes: torch.Tensor) -> torch.Tensor:
+        """(B, H, W) long -> (B, C, H, W) embedded input."""
+        if codes.dim() != 3:
+            raise ValueError(f"expected codes of shape (B, H, W), got {tuple(codes.shape)}")
+        return self.embedding(codes.long()).permute(0, 3, 1, 2).contiguous()
+
+    def features(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """The horizontal stack's output (B, C, H, W) for an embedded input (B, C, H, W), before the head."""
+        labels = self._check_labels(labels, x.shape[0])
+        v = h = x
+        for layer in self.layers:
+            v, h = layer(v, h, labels)
+        return h
+
+    def forward_embedded(self, x: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits from an already embedded input (B, C, H, W); used by the causality tests."""
+        return self.head(self.features(x, labels))
+
+    def forward(self, codes: torch.Tensor, labels: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, H, W) long codes [+ (B,) long labels] -> logits (B, K, H, W)."""
+        return self.forward_embedded(self.embed(codes), labels)
+
+    def nll(self, codes: torch.Tensor, labels: torch.Tensor | None = None, reduction: str = "mean") -> torch.Tensor:
+        """Negative log-likelihood in nats per code (``reduction='mean'``) or per grid (``'none'``: (B,))."""
+        logits = self(codes, labels)
+        ce = F.cross_entropy(logits, codes.long(), reduction="none")  # (B, H, W)
+        if reduction == "mean":
+            return ce.mean()
+        if reduction == "none":
+            return ce.flatten(1).sum(1)
+        raise ValueError(f"unknown reduction {reduction!r}")
+
+    # ---- persistence --------------------------------------------------------------------------------
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed)."""
+        from safetensors.torch import save_file
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        tmp = d / (WEIGHTS_NAME + ".tmp")
+        save_file(state, str(tmp), metadata={"format": "pt", "model_type": MODEL_TYPE})
+        tmp.replace(d / WEIGHTS_NAME)
+        (d / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
+        return d
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, *, map_location: str | torch.device = "cpu") -> "GatedPixelCNN":
+        from safetensors.torch import load_file
+
+        d = Path(directory)
+        cfg = json.loads((d / CONFIG_NAME).read_text())
+        if cfg.get("model_type", MODEL_TYPE) != MODEL_TYPE:
+            raise ValueError(f"{d} holds a {cfg.get('model_type')!r}, not a {MODEL_TYPE!r}")
+        model = cls(PixelCNNConfig.from_dict(cfg))
+        model.load_state_dict(load_file(str(d / WEIGHTS_NAME), device="cpu"))
+        return model.to(map_location).eval()

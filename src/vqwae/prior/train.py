@@ -1,0 +1,267 @@
+"""Stage two: extract code grids with the frozen autoencoder, cache them, and fit the PixelCNN prior.
+
+Likelihoods are reported in bits per code (mean over positions of -log2 p(code | previous codes));
+a uniform prior scores log2 K.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vqwae.prior.pixelcnn import WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
+
+LN2 = math.log(2.0)
+METRICS_NAME = "metrics.jsonl"
+SUMMARY_NAME = "train_summary.json"
+
+
+# ---- code extraction and caching ---------------------------------------------------------------------
+@torch.no_grad()
+def extract_codes(model: nn.Module, loader, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Run a frozen autoencoder (``model.encode(x) -> (B, h, w)`` indices) over a loader of (images, labels).
+
+    Returns ``codes`` (N, h, w) long and ``labels`` (N,) long, both on the CPU. The model is put in eval
+    mode for the pass and restored afterwards."""
+    was_training = model.training
+    model.eval()
+    codes, labels = [], []
+    try:
+        for batch in loader:
+            x, y = batch[0], batch[1]
+            idx = model.encode(x.to(device))
+            if idx.dim() != 3:
+                raise ValueError(f"model.encode must return (B, h, w) indices, got {tuple(idx.shape)}")
+            codes.append(idx.long().cpu())
+            labels.append(torch.as_tensor(y).long().reshape(-1).cpu())
+    finally:
+        model.train(was_training)
+    if not codes:
+        raise ValueError("the loader yielded no batches")
+    return torch.cat(codes), torch.cat(labels)
+
+
+def weights_fingerprint(source: str | Path | nn.Module) -> str:
+    """A sha256 hex digest identifying autoencoder weights.
+
+    source: a weights file (hash of its bytes), a directory (hash of every ``*.safetensors``, ``*.pt`` and
+    ``*.pth`` file in it, sorted by name) or an ``nn.Module`` (hash of its state dict: names, dtypes,
+    shapes and values)."""
+    h = hashlib.sha256()
+    if isinstance(source, nn.Module):
+        for name, t in sorted(source.state_dict().items()):
+            t = t.detach().cpu().contiguous()
+            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        return h.hexdigest()
+    p = Path(source)
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in {".safetensors", ".pt", ".pth"})
+        if not files:
+            raise FileNotFoundError(f"no weights (*.safetensors, *.pt, *.pth) in {p}")
+    elif p.is_file():
+        files = [p]
+    else:
+        raise FileNotFoundError(p)
+    for f in files:
+        h.update(f.name.encode() + b"|")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def cached_codes(
+    model: nn.Module,
+    loader,
+    *,
+    split: str,
+    cache_dir: str | Path,
+    fingerprint: str | None = None,
+    device: str | torch.device = "cpu",
+    refresh: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``extract_codes`` with a cache at ``cache_dir/codes_{split}.pt`` (use ``cache_dir=RUN_DIR/"prior"``).
+
+    The cache is keyed by ``fingerprint`` (pass ``weights_fingerprint(RUN_DIR / "model.safetensors")``: the
+    weights file itself, since hashing a whole run folder also hashes any resumable checkpoints in it; when None it
+    is computed from ``model``'s state dict) and by the dataset length when the loader has one: a
+    retrained model or a different split size never reuses stale codes, it recomputes and overwrites.
+    """
+    if fingerprint is None:
+        fingerprint = weights_fingerprint(model)
+    n_expected = None
+    try:
+        n_expected = len(loader.dataset)
+    except (AttributeError, TypeError):
+        pass
+    path = Path(cache_dir) / f"codes_{split}.pt"
+    if path.is_file() and not refresh:
+        try:
+            blob = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:  # unreadable or partial cache: recompute
+            blob = None
+        if (blob is not None and blob.get("fingerprint") == fingerprint and blob.get("split") == split
+                and (n_expected is None or blob["codes"].shape[0] == n_expected)):
+            return blob["codes"], blob["labels"]
+    codes, labels = extract_codes(model, loader, device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".pt.tmp")
+    torch.save({"fingerprint": fingerprint, "split": split, "codes": codes, "labels": labels}, tmp)
+    os.replace(tmp, path)
+    return codes, labels
+
+
+# ---- training ----------------------------------------------------------------------------------------
+@dataclass
+class PriorTrainResult:
+    model: GatedPixelCNN  # the best model by validation NLL (also saved in out_dir), in eval mode
+    out_dir: Path
+    best_epoch: int  # 1-based
+    best_val_bpc: float  # bits per code (train bits per code when no validation codes were given)
+    steps: int  # optimizer steps taken
+    history: list[dict] = field(default_factory=list)  # the rows of metrics.jsonl
+
+
+@torch.no_grad()
+def evaluate_bpc(prior: GatedPixelCNN, codes: torch.Tensor, labels: torch.Tensor | None = None, *,
+                 batch_size: int = 512, device: str | torch.device | None = None) -> float:
+    """Mean negative log-likelihood of ``codes`` (N, H, W) under ``prior`` in bits per code."""
+    device = prior.device if device is None else torch.device(device)
+    was_training = prior.training
+    prior.eval()
+    total, count = 0.0, 0
+    try:
+        for s in range(0, codes.shape[0], batch_size):
+            x = codes[s:s + batch_size].to(device)
+            y = labels[s:s + batch_size].to(device) if labels is not None else None
+            ce = F.cross_entropy(prior(x, y), x, reduction="sum")
+            total += float(ce)
+            count += x.numel()
+    finally:
+        prior.train(was_training)
+    return total / max(count, 1) / LN2
+
+
+def _check_codes(name: str, codes: torch.Tensor, K: int) -> torch.Tensor:
+    codes = torch.as_tensor(codes).long()
+    if codes.dim() != 3:
+        raise ValueError(f"{name} must be (N, H, W) code indices, got {tuple(codes.shape)}")
+    if codes.numel() and (codes.min() < 0 or codes.max() >= K):
+        raise ValueError(f"{name} has indices outside [0, {K})")
+    return codes
+
+
+def train_prior(
+    codes_train: torch.Tensor,
+    codes_val: torch.Tensor | None,
+    *,
+    labels_train: torch.Tensor | None = None,
+    labels_val: torch.Tensor | None = None,
+    config: PixelCNNConfig,
+    epochs: int,
+    batch_size: int = 128,
+    lr: float = 3e-4,
+    out_dir: str | Path,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+    max_steps: int | None = None,
+    progress: bool = False,
+) -> PriorTrainResult:
+    """Fit a gated PixelCNN to code grids with Adam; keep the best epoch by validation NLL.
+
+    Writes into ``out_dir``: ``config.json`` + ``model.safetensors`` (the best model, via
+    ``save_pretrained``), ``metrics.jsonl`` (one JSON object per epoch: epoch, steps, train_bpc, val_bpc,
+    seconds, lr) and ``train_summary.json``. NLLs are in bits per code; log2(K) is the uniform baseline.
+    ``max_steps`` caps the total number of optimizer steps (the epoch in progress is then evaluated and
+    training stops). Class-conditional when ``config.num_classes`` is set (labels then required).
+    """
+    K = config.num_codes
+    codes_train = _check_codes("codes_train", codes_train, K)
+    if codes_val is not None:
+        codes_val = _check_codes("codes_val", codes_val, K)
+    conditional = config.num_classes is not None
+    if conditional:
+        if labels_train is None or (codes_val is not None and labels_val is None):
+            raise ValueError("config.num_classes is set: labels_train (and labels_val) are required")
+        labels_train = torch.as_tensor(labels_train).long().reshape(-1)
+        labels_val = torch.as_tensor(labels_val).long().reshape(-1) if labels_val is not None else None
+    else:
+        labels_train = labels_val = None
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+
+    device = torch.device(device)
+    codes_train = codes_train.to(device)  # 50k 8x8 grids are 25 MB: keep them on the device
+    labels_train = labels_train.to(device) if labels_train is not None else None
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    model = GatedPixelCNN(config).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(seed)
+
+    metrics_path = out_dir / METRICS_NAME
+    metrics_path.write_text("")
+    history: list[dict] = []
+    best_bpc, best_epoch, best_state = math.inf, 0, None
+    steps = 0
+    N = codes_train.shape[0]
+    for epoch in range(1, epochs + 1):
+        t0 = time.time()
+        model.train()
+        perm = torch.randperm(N, generator=g)
+        tot, cnt = 0.0, 0
+        batches = range(0, N, batch_size)
+        if progress:
+            from tqdm.auto import tqdm
+
+            batches = tqdm(batches, desc=f"prior epoch {epoch}", leave=False)
+        for s in batches:
+            idx = perm[s:s + batch_size].to(device)
+            x = codes_train[idx]
+            y = labels_train[idx] if conditional else None
+            loss = F.cross_entropy(model(x, y), x)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            steps += 1
+            tot += float(loss.detach()) * x.numel()
+            cnt += x.numel()
+            if max_steps is not None and steps >= max_steps:
+                break
+        train_bpc = tot / max(cnt, 1) / LN2
+        val_bpc = evaluate_bpc(model, codes_val, labels_val) if codes_val is not None else None
+        row = {"epoch": epoch, "steps": steps, "train_bpc": train_bpc, "val_bpc": val_bpc,
+               "seconds": time.time() - t0, "lr": lr}
+        history.append(row)
+        with open(metrics_path, "a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        score = val_bpc if val_bpc is not None else train_bpc
+        if score < best_bpc:
+            best_bpc, best_epoch = score, epoch
+            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            model.save_pretrained(out_dir)
+        if max_steps is not None and steps >= max_steps:
+            break
+
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    else:  # every epoch scored NaN: still leave a loadable model behind
+        model.save_pretrained(out_dir)
+    model.eval()
+    summary = {"best_epoch": best_epoch, "best_val_bpc": best_bpc, "uniform_bpc": math.log2(K), "steps": steps,
+               "epochs_run": len(history), "batch_size": batch_size, "lr": lr, "seed": seed,
+               "num_train": N, "num_val": None if codes_val is None else int(codes_val.shape[0]),
+               "grid": list(codes_train.shape[1:]), "weights": WEIGHTS_NAME}
+    (out_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2) + "\n")
+    return PriorTrainResult(model=model, out_dir=out_dir, best_epoch=best_epoch, best_val_bpc=best_bpc,
+                            steps=steps, history=history)

@@ -1,0 +1,511 @@
+"""Metric layer: PSNR / SSIM, LPIPS, Inception features + FID, the statistics cache, evaluate_reconstructions.
+
+Tests that need the pretrained weights in ../shared/weights skip with a reason when they are absent.
+Inception-based tests use a handful of images (the network costs ~0.1-0.5 s per image on 2 CPU cores).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from vqwae.metrics import fid as fidmod
+from vqwae.metrics.evaluate import evaluate_reconstructions
+from vqwae.metrics.fid import (
+    INCEPTION_FILENAME,
+    FIDStatsCache,
+    InceptionFeatures,
+    StatsKey,
+    dataset_fingerprint,
+    feature_statistics,
+    fid_from_features,
+    frechet_distance,
+    load_inception,
+    preprocess_for_inception,
+    quantize_uint8,
+    resize_bilinear_tf1,
+)
+from vqwae.metrics.image import prepare_images, psnr, psnr_per_image, ssim_per_image
+from vqwae.metrics.lpips import LPIPS_ENV, load_lpips
+
+HAS_TORCH_FIDELITY = importlib.util.find_spec("torch_fidelity") is not None
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _lpips_dir(shared_weights: Path) -> Path:
+    d = shared_weights / "lpips"
+    if not (d / "alexnet_features.pth").is_file() or not (d / "v0.1" / "alex.pth").is_file():
+        pytest.skip(f"LPIPS weights not found under {d}")
+    return d
+
+
+_INCEPTION_CACHE: dict = {}
+
+
+def _inception(shared_weights: Path) -> InceptionFeatures:
+    f = shared_weights / "inception" / INCEPTION_FILENAME
+    if not f.is_file():
+        pytest.skip(f"Inception weights not found at {f}")
+    if "net" not in _INCEPTION_CACHE:  # load once per test session (~0.5 s, 87 MB)
+        net, why = load_inception(f, batch_size=8)
+        assert net is not None, why
+        _INCEPTION_CACHE["net"] = net
+    return _INCEPTION_CACHE["net"]
+
+
+def _example(name: str, shared_weights: Path) -> torch.Tensor:
+    from PIL import Image
+
+    p = _lpips_dir(shared_weights) / "examples" / f"{name}.png"
+    if not p.is_file():
+        pytest.skip(f"LPIPS example image {p} not found")
+    arr = np.array(Image.open(p).convert("RGB"), dtype=np.float32) / 255.0
+    return torch.from_numpy(arr).permute(2, 0, 1)[None]
+
+
+def _eig_frechet(mu1, s1, mu2, s2) -> float:
+    """Independent Frechet distance: tr (S1 S2)^(1/2) = sum sqrt(eig(S1^(1/2) S2 S1^(1/2))), via eigh."""
+    w, v = np.linalg.eigh(s1)
+    r1 = (v * np.sqrt(np.clip(w, 0, None))) @ v.T
+    ev = np.linalg.eigvalsh(r1 @ s2 @ r1)
+    return float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.sqrt(np.clip(ev, 0, None)).sum())
+
+
+def _gram_frechet(f1: np.ndarray, f2: np.ndarray) -> float:
+    """Independent low-sample Frechet distance: eigenvalues of (A1 A2^T)(A1 A2^T)^T via np.linalg.eigvals."""
+    a1, a2 = f1 - f1.mean(0), f2 - f2.mean(0)
+    n1, n2 = len(f1), len(f2)
+    m = a1 @ a2.T
+    ev = np.real(np.linalg.eigvals(m @ m.T))
+    tr_covmean = np.sqrt(np.clip(ev, 0, None)).sum() / np.sqrt((n1 - 1) * (n2 - 1))
+    d = f1.mean(0) - f2.mean(0)
+    return float(d @ d + (a1**2).sum() / (n1 - 1) + (a2**2).sum() / (n2 - 1) - 2 * tr_covmean)
+
+
+# -- PSNR / SSIM --------------------------------------------------------------------------------
+@pytest.mark.parametrize("channels,size", [(3, 32), (1, 28)])
+def test_psnr_ssim_match_scikit_image(channels, size):
+    skm = pytest.importorskip("skimage.metrics")
+    x = torch.rand(3, channels, size, size, dtype=torch.float64)
+    y = (x + 0.08 * torch.randn_like(x)).clamp(0, 1)
+    p = psnr_per_image(y, x)
+    s = ssim_per_image(y, x)
+    for i in range(3):
+        a, b = x[i].numpy(), y[i].numpy()
+        assert p[i].item() == pytest.approx(skm.peak_signal_noise_ratio(a, b, data_range=1.0), abs=1e-6)
+        # uniform 11x11 window, population variances, valid region: exactly skimage's computation
+        ref = skm.structural_similarity(a, b, win_size=11, data_range=1.0, channel_axis=0, use_sample_covariance=False)
+        assert s[i].item() == pytest.approx(ref, abs=1e-6)
+        # skimage's default (sample covariance, 121/120 factor) differs only slightly
+        ref_default = skm.structural_similarity(a, b, win_size=11, data_range=1.0, channel_axis=0)
+        assert s[i].item() == pytest.approx(ref_default, abs=1e-3)
+
+
+def test_ssim_is_uniform_window_not_gaussian():
+    from torchmetrics.functional.image import structural_similarity_index_measure as tm_ssim
+
+    x = torch.rand(2, 3, 32, 32, dtype=torch.float64)
+    y = (x + 0.1 * torch.randn_like(x)).clamp(0, 1)
+    s = ssim_per_image(y, x)
+    _, full_uniform = tm_ssim(y, x, gaussian_kernel=False, kernel_size=11, data_range=1.0, reduction="none", return_full_image=True)
+    _, full_gauss = tm_ssim(y, x, data_range=1.0, reduction="none", return_full_image=True)
+    assert torch.allclose(s, full_uniform[..., 5:-5, 5:-5].flatten(1).mean(1))
+    assert not torch.allclose(s, full_gauss[..., 5:-5, 5:-5].flatten(1).mean(1), atol=1e-4)
+    assert torch.allclose(ssim_per_image(x, x), torch.ones(2, dtype=torch.float64))
+
+
+def test_images_are_clamped_and_resolution_256():
+    x = torch.rand(2, 3, 32, 32)
+    y = x.clone()
+    y[:, :, 0, 0] = 5.0  # out of range: clamped to 1 before the metric
+    yc = y.clamp(0, 1)
+    assert torch.allclose(psnr_per_image(y, x), psnr_per_image(yc, x))
+    up = prepare_images(x, 256)
+    assert up.shape == (2, 3, 256, 256) and up.min() >= 0 and up.max() <= 1
+    ref = torch.nn.functional.interpolate(x, size=(256, 256), mode="bilinear", align_corners=False)
+    assert torch.allclose(up, ref)
+    p256 = psnr_per_image(y, x, resolution=256)
+    assert torch.allclose(p256, psnr_per_image(prepare_images(yc, 256), up))
+    assert psnr(x, x) == pytest.approx(100.0)  # MSE floor 1e-10 keeps a perfect match finite
+    with pytest.raises(ValueError):
+        prepare_images(x, "huge")
+
+
+# -- LPIPS --------------------------------------------------------------------------------------
+def test_lpips_reference_values(shared_weights):
+    d = _lpips_dir(shared_weights)
+    net, why = load_lpips(d, download=False)
+    assert net is not None, why
+    ref, p0, p1 = (_example(n, shared_weights) for n in ("ex_ref", "ex_p0", "ex_p1"))
+    with torch.inference_mode():
+        d0 = net(ref * 2 - 1, p0 * 2 - 1).item()
+        d1 = net(ref * 2 - 1, p1 * 2 - 1).item()
+        d1n = net(ref, p1, normalize=True).item()
+        same = net(ref, ref, normalize=True).item()
+    assert d0 == pytest.approx(0.7219, abs=1e-3)
+    assert d1 == pytest.approx(0.1376, abs=1e-3)
+    assert d1n == pytest.approx(d1, abs=1e-6)
+    assert same == pytest.approx(0.0, abs=1e-7)
+
+
+def test_lpips_weight_resolution(shared_weights, tmp_path, monkeypatch):
+    d = _lpips_dir(shared_weights)
+    monkeypatch.delenv(LPIPS_ENV, raising=False)
+    # the parent folder (holding lpips/) and the trunk file itself are accepted too
+    for loc in (shared_weights, d / "alexnet_features.pth"):
+        net, why = load_lpips(loc, download=False)
+        assert net is not None, why
+    monkeypatch.setenv(LPIPS_ENV, str(d))
+    net, why = load_lpips(download=False)
+    assert net is not None, why
+    monkeypatch.setenv(LPIPS_ENV, str(tmp_path))  # a folder without the files
+    net, why = load_lpips(download=False)
+    assert net is None and "alexnet_features.pth" in why and LPIPS_ENV in why
+
+
+def test_lpips_missing_weights_give_reason(tmp_path, monkeypatch):
+    monkeypatch.delenv(LPIPS_ENV, raising=False)
+    net, why = load_lpips(tmp_path / "nowhere", download=False)
+    assert net is None and "alexnet_features.pth" in why and "\n" not in why
+    net, why = load_lpips(download=False)
+    assert net is None and LPIPS_ENV in why
+
+
+def test_lpips_greyscale_and_batch(shared_weights):
+    net, why = load_lpips(_lpips_dir(shared_weights), download=False)
+    assert net is not None, why
+    x = torch.rand(3, 1, 32, 32)
+    y = (x + 0.1 * torch.randn_like(x)).clamp(0, 1)
+    with torch.inference_mode():
+        batch = net(x, y, normalize=True)
+        single = torch.cat([net(x[i : i + 1], y[i : i + 1], normalize=True) for i in range(3)])
+        rgb = net(x.repeat(1, 3, 1, 1), y.repeat(1, 3, 1, 1), normalize=True)
+    assert batch.shape == (3,) and (batch > 0).all()
+    assert torch.allclose(batch, single, atol=1e-5) and torch.allclose(batch, rgb, atol=1e-6)
+
+
+# -- Inception preprocessing --------------------------------------------------------------------
+def test_uint8_quantisation_rounds():
+    x = torch.tensor([0.0, 0.49 / 255, 0.51 / 255, 100.4 / 255, 100.6 / 255, 254.6 / 255, 1.0, 1.3, -0.2])
+    q = quantize_uint8(x)
+    assert q.dtype == torch.uint8
+    assert q.tolist() == [0, 0, 1, 100, 101, 255, 255, 255, 0]  # truncation would give 0,0,0,100,100,254,...
+    # exact uint8 values survive the round trip [0, 255] -> [0, 1] -> uint8
+    u = torch.arange(256, dtype=torch.uint8)
+    assert torch.equal(quantize_uint8(u.float() / 255), u)
+
+
+def test_tf1_bilinear_resize():
+    # 2 -> 4 pixels: source coordinates 0, 0.5, 1, 1.5 (clamped) -> a, (a+b)/2, b, b
+    x = torch.tensor([[[[0.0, 10.0]]]]).expand(1, 1, 2, 2).contiguous()
+    out = resize_bilinear_tf1(x, size=4)
+    assert torch.allclose(out[0, 0, 0], torch.tensor([0.0, 5.0, 10.0, 10.0]))
+    # not torch's half-pixel bilinear
+    torch_bilinear = torch.nn.functional.interpolate(x, size=(4, 4), mode="bilinear", align_corners=False)
+    assert not torch.allclose(out, torch_bilinear)
+    x = torch.rand(2, 3, 32, 32) * 255
+    out = resize_bilinear_tf1(x)
+    assert out.shape == (2, 3, 299, 299)
+    if HAS_TORCH_FIDELITY:
+        from torch_fidelity.interpolate_compat_tensorflow import interpolate_bilinear_2d_like_tensorflow1x
+
+        ref = interpolate_bilinear_2d_like_tensorflow1x(x, size=(299, 299), align_corners=False)
+        assert torch.equal(out, ref)
+
+
+def test_preprocess_greyscale_repeats_channels():
+    g = torch.rand(2, 1, 28, 28)
+    a = preprocess_for_inception(g)
+    b = preprocess_for_inception(g.repeat(1, 3, 1, 1))
+    assert a.shape == (2, 3, 299, 299) and torch.equal(a, b)
+    assert a.min() >= -1.0 and a.max() <= 127 / 128
+
+
+# -- Frechet distance ---------------------------------------------------------------------------
+def test_frechet_distance_matches_independent_formula():
+    rng = np.random.default_rng(0)
+    for n in (300, 20):  # full-rank and rank-deficient covariances
+        f1 = rng.normal(size=(n, 48))
+        f2 = rng.normal(size=(n, 48)) * 1.3 + 0.2
+        mu1, s1 = feature_statistics(f1)
+        mu2, s2 = feature_statistics(f2)
+        ours = frechet_distance(mu1, s1, mu2, s2)
+        assert ours == pytest.approx(_eig_frechet(mu1, s1, mu2, s2), rel=1e-6)
+        assert ours == pytest.approx(fid_from_features(f1, f2), rel=1e-6)
+        assert frechet_distance(mu1, s1, mu1, s1) == pytest.approx(0.0, abs=1e-4)
+    # the sample-space path (N < D) against the sqrtm path on the same features
+    f1, f2 = rng.normal(size=(12, 64)), rng.normal(size=(10, 64)) + 0.1
+    assert fid_from_features(f1, f2) == pytest.approx(frechet_distance(*feature_statistics(f1), *feature_statistics(f2)), rel=1e-6)
+    assert fid_from_features(f1, f2) == pytest.approx(_gram_frechet(f1, f2), rel=1e-9)
+
+
+def test_frechet_distance_tiny_imaginary_parts_are_dropped():
+    # 1-D: (1 * 4)^(1/2) = 2, distance = (1-3)^2 + 1 + 4 - 4 = 5
+    assert frechet_distance(np.array([1.0]), np.array([[1.0]]), np.array([3.0]), np.array([[4.0]])) == pytest.approx(5.0)
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(5, 8))
+    s = a.T @ a / 4  # rank 4 of 8: sqrtm of a singular product
+    assert abs(frechet_distance(np.zeros(8), s, np.zeros(8), s)) < 1e-3
+
+
+# -- Inception features -------------------------------------------------------------------------
+def test_inception_features_and_fid(shared_weights):
+    inc = _inception(shared_weights)
+    x = torch.rand(3, 3, 32, 32)
+    y = (x + 0.15 * torch.randn_like(x)).clamp(0, 1)
+    fx, fy = inc(torch.cat([x, y])).split(3)
+    assert fx.shape == (3, 2048) and fx.dtype == torch.float64 and torch.isfinite(fx).all() and (fx >= 0).all()
+    # batching does not change features
+    assert torch.allclose(inc(x[:1]), fx[:1], atol=1e-4)
+    # FID of a set against itself is 0; pipeline FID equals an independently computed one
+    assert abs(fid_from_features(fx, fx)) < 1e-3
+    ours = fid_from_features(fx, fy)
+    assert ours > 0
+    assert ours == pytest.approx(_gram_frechet(fx.numpy(), fy.numpy()), rel=1e-6)
+
+
+def test_inception_weight_resolution(shared_weights, tmp_path, monkeypatch):
+    _inception(shared_weights)  # skips without the file
+    monkeypatch.delenv(fidmod.INCEPTION_ENV, raising=False)
+    net, why = load_inception(tmp_path / "missing.pt", download=False)
+    assert net is None and INCEPTION_FILENAME in why
+    net, why = load_inception(download=False)
+    assert net is None and fidmod.INCEPTION_ENV in why
+    monkeypatch.setenv(fidmod.INCEPTION_ENV, str(shared_weights))  # folder holding inception/
+    net, why = load_inception(download=False)
+    assert net is not None, why
+    assert net.identity.endswith("7ff4a85c3a6378f0dfc8433ffd789663b01176bec0a683a435651739c091fa34")
+
+
+def _torch_fidelity_from_torchscript(ts_module):
+    """torch-fidelity's InceptionV3 with the TorchScript file's weights remapped into it (no download).
+
+    The TorchScript convolutions (weight, beta, mean, var; BN without scale, eps 1e-3) appear in the
+    same order as torch-fidelity's BasicConv2d modules; gamma is 1; the fc (logits) is unused here.
+    """
+    import tempfile
+
+    from torch_fidelity.feature_extractor_inceptionv3 import FeatureExtractorInceptionV3
+
+    class _Shell(FeatureExtractorInceptionV3):  # build the architecture from an empty state dict
+        def load_state_dict(self, sd, strict=True, **kw):
+            return super().load_state_dict(sd, strict=False)
+
+    with tempfile.TemporaryDirectory() as d:
+        empty = os.path.join(d, "empty.pth")
+        torch.save({}, empty)
+        net = _Shell("inception-v3-compat", ["2048"], feature_extractor_weights_path=empty)
+    ours = [n for n, m in net.named_modules() if type(m).__name__ == "BasicConv2d"]
+    sd = ts_module.state_dict()
+    theirs = list(dict.fromkeys(k.rsplit(".", 1)[0] for k in sd))
+    assert len(ours) == len(theirs) == 94
+    target = net.state_dict()
+    new = {k: torch.zeros_like(v) for k, v in target.items()}
+    for a, b in zip(ours, theirs):
+        assert target[f"{a}.conv.weight"].shape == sd[f"{b}.weight"].shape, (a, b)
+        new[f"{a}.conv.weight"] = sd[f"{b}.weight"]
+        new[f"{a}.bn.weight"] = torch.ones_like(sd[f"{b}.beta"])
+        new[f"{a}.bn.bias"] = sd[f"{b}.beta"]
+        new[f"{a}.bn.running_mean"] = sd[f"{b}.mean"]
+        new[f"{a}.bn.running_var"] = sd[f"{b}.var"]
+    FeatureExtractorInceptionV3.load_state_dict(net, new, strict=True)
+    return net.eval()
+
+
+@pytest.mark.skipif(not HAS_TORCH_FIDELITY, reason="torch-fidelity is not installed (optional; used only for this cross-check)")
+def test_inception_matches_torch_fidelity(shared_weights):
+    # torch-fidelity's own weights are a download (not possible offline); its architecture is loaded
+    # with the TorchScript file's weights instead, which the shared README says match it to 1e-6.
+    # This checks our whole preprocessing (rounding, grey->RGB, TF1 resize, scaling) against theirs.
+    inc = _inception(shared_weights)
+    tf_net = _torch_fidelity_from_torchscript(inc.module)
+    x = torch.rand(1, 3, 32, 32)
+    g = torch.rand(1, 1, 28, 28)
+    with torch.inference_mode(), fidmod.cpu_threads():
+        ref = tf_net(quantize_uint8(x))[0].double()
+        ref_g = tf_net(quantize_uint8(g).repeat(1, 3, 1, 1))[0].double()
+    assert torch.allclose(inc(x), ref, atol=1e-4, rtol=1e-4)
+    assert torch.allclose(inc(g), ref_g, atol=1e-4, rtol=1e-4)
+
+
+# -- statistics cache ---------------------------------------------------------------------------
+def test_stats_cache_roundtrip_and_invalidation(tmp_path):
+    data = torch.rand(10, 3, 8, 8)
+    fp = dataset_fingerprint(data)
+    key = StatsKey("cifar10", "test", None, str(tmp_path), fp)
+    cache = FIDStatsCache(tmp_path / "fid")
+    mu, sigma = np.arange(3.0), np.eye(3)
+    assert cache.load(key, "w1") is None
+    p = cache.save(key, "w1", mu, sigma)
+    assert p is not None and p.is_file() and p.suffix == ".npz"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert p.stat().st_mode & 0o777 == 0o666 & ~umask  # the usual mode, not mkstemp's 0600
+    assert not [q for q in p.parent.iterdir() if q.suffix == ".tmp"]  # atomic write left no temp file
+    got = cache.load(key, "w1")
+    assert got is not None and np.array_equal(got[0], mu) and np.array_equal(got[1], sigma)
+
+    # any change of the images (first / last item, count), the limit, root, split or weights: a miss
+    changed = data.clone()
+    changed[-1, 0, 0, 0] += 0.5
+    for other_fp in (dataset_fingerprint(changed), dataset_fingerprint(data[:9]), dataset_fingerprint(data, limit=5)):
+        assert other_fp != fp
+        assert cache.load(StatsKey("cifar10", "test", None, str(tmp_path), other_fp), "w1") is None
+    assert dataset_fingerprint(data.clone()) == fp
+    assert cache.load(key, "w2") is None
+    assert cache.load(StatsKey("cifar10", "test", 5, str(tmp_path), fp), "w1") is None
+    assert cache.load(StatsKey("cifar10", "train", None, str(tmp_path), fp), "w1") is None
+    assert cache.load(StatsKey("cifar10", "test", None, str(tmp_path / "other"), fp), "w1") is None
+
+    # a corrupt file is a miss (with a warning), not a crash
+    p.write_bytes(b"not an npz")
+    with pytest.warns(UserWarning, match="unreadable"):
+        assert cache.load(key, "w1") is None
+    with pytest.warns(UserWarning, match="unreadable"):
+        assert cache.get_or_compute(key, "w1", lambda: (mu, sigma))[0] is mu
+    assert cache.load(key, "w1") is not None
+
+
+def test_stats_cache_default_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("VQWAE_CACHE", str(tmp_path))
+    assert FIDStatsCache().cache_dir == tmp_path / "fid"
+    monkeypatch.delenv("VQWAE_CACHE")
+    assert FIDStatsCache().cache_dir == Path.home() / ".cache" / "vqwae" / "fid"
+
+
+# -- evaluate_reconstructions -------------------------------------------------------------------
+@dataclass
+class _Out:
+    quantized: torch.Tensor
+    indices: torch.Tensor
+    perplexity: torch.Tensor
+
+
+class _NoisyIdentity(nn.Module):
+    """Test double for the autoencoder API: x_hat = x + noise (may leave [0, 1]); fake 4x4 codes."""
+
+    def __init__(self, num_codes: int = 16, noise: float = 0.1):
+        super().__init__()
+        self.num_codes, self.noise = num_codes, noise
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        g = torch.Generator().manual_seed(int(x.sum().item() * 1000) % (2**31))
+        x_hat = x * self.scale + self.noise * torch.randn(x.shape, generator=g)
+        idx = (x[:, 0, ::8, ::8] * self.num_codes).long().clamp(0, self.num_codes - 1)
+        return x_hat, _Out(torch.zeros(x.shape[0], 2, 4, 4), idx, torch.tensor(1.0))
+
+
+class _TinyFeatures(InceptionFeatures):
+    """Test double for the Inception wrapper: 16 fixed random projections of 4x4 average pools."""
+
+    def __init__(self):
+        proj = nn.Conv2d(3, 16, kernel_size=1, bias=False)
+        nn.init.normal_(proj.weight, generator=torch.Generator().manual_seed(0))
+        super().__init__(nn.Sequential(nn.AdaptiveAvgPool2d(4), proj, nn.Flatten()), identity="tiny-v1")
+
+    def _forward(self, batch):
+        return self.module(batch.to(self.device).float()).double()
+
+
+def _loader(n=10, bs=4, size=32):
+    data = torch.rand(n, 3, size, size)
+    ds = torch.utils.data.TensorDataset(data, torch.zeros(n, dtype=torch.long))
+    return data, torch.utils.data.DataLoader(ds, batch_size=bs, shuffle=False)
+
+
+def test_evaluate_without_metric_networks(tmp_path):
+    model = _NoisyIdentity()
+    model.train()
+    data, loader = _loader(10, 4)
+    missing_net, why = load_lpips(tmp_path / "none", download=False)
+    assert missing_net is None
+    res = evaluate_reconstructions(model, loader, num_codes=16, device="cpu", lpips_net=missing_net,
+                                   inception=None, progress=False, skip_reasons={"lpips": why})
+    assert model.training  # mode restored
+    assert res["num_images"] == 10 and res["resolution"] == "native"
+    assert res["lpips"] is None and res["lpips_skipped"] == why
+    assert res["rfid"] is None and "Inception" in res["rfid_skipped"]
+
+    # the other metrics are computed, on reconstructions clamped to [0, 1]
+    model.eval()
+    with torch.no_grad():
+        rec = torch.cat([model(b)[0] for b, _ in loader]).clamp(0, 1)
+    assert res["mse"] == pytest.approx(float(((rec - data) ** 2).mean()), rel=1e-6)
+    assert res["psnr"] == pytest.approx(float(psnr_per_image(rec, data).mean()), rel=1e-6)
+    assert res["ssim"] == pytest.approx(float(ssim_per_image(rec, data).mean()), rel=1e-6)
+    counts = torch.bincount((data[:, 0, ::8, ::8] * 16).long().clamp(0, 15).reshape(-1), minlength=16)
+    assert res["code_counts"] == counts.tolist() and sum(res["code_counts"]) == 10 * 16
+    p = counts.double() / counts.sum()
+    assert res["perplexity"] == pytest.approx(float(torch.exp(-(p[p > 0] * p[p > 0].log()).sum())), rel=1e-9)
+    assert res["codes_used"] == int((counts > 0).sum())
+
+    # limit and the 256 resolution
+    res = evaluate_reconstructions(model, loader, num_codes=16, device="cpu", resolution=256, limit=5, progress=False)
+    assert res["num_images"] == 5 and res["resolution"] == 256 and sum(res["code_counts"]) == 5 * 16
+    with torch.no_grad():  # the second batch was cut to 1 image before the model saw it
+        rec5 = torch.cat([model(data[:4])[0], model(data[4:5])[0]]).clamp(0, 1)
+    assert res["psnr"] == pytest.approx(float(psnr_per_image(rec5, data[:5], resolution=256).mean()), rel=1e-6)
+
+
+def test_evaluate_auto_networks_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv(LPIPS_ENV, str(tmp_path / "no-lpips"))
+    monkeypatch.setenv(fidmod.INCEPTION_ENV, str(tmp_path / "no-inception"))
+    threads = torch.get_num_threads()
+    _, loader = _loader(4, 4)
+    res = evaluate_reconstructions(_NoisyIdentity(), loader, num_codes=16, device="cpu", lpips_net="auto",
+                                   inception="auto", progress=False, num_threads=1)
+    assert torch.get_num_threads() == threads
+    assert res["lpips"] is None and LPIPS_ENV in res["lpips_skipped"]
+    assert res["rfid"] is None and INCEPTION_FILENAME in res["rfid_skipped"]
+    assert res["psnr"] > 0 and res["ssim"] > 0 and res["codes_used"] > 0
+
+
+def test_evaluate_rfid_uses_stats_cache(tmp_path):
+    model = _NoisyIdentity()
+    data, loader = _loader(10, 4)
+    feats = _TinyFeatures()
+    cache = FIDStatsCache(tmp_path)
+    key = StatsKey("toy", "test", None, str(tmp_path), dataset_fingerprint(data))
+    r1 = evaluate_reconstructions(model, loader, num_codes=16, device="cpu", inception=feats,
+                                  real_stats_cache_key=key, stats_cache=cache, progress=False)
+    assert r1["rfid_real_stats"] == "computed" and r1["rfid"] > 0
+    assert cache.load(key, "tiny-v1") is not None
+    r2 = evaluate_reconstructions(model, loader, num_codes=16, device="cpu", inception=feats,
+                                  real_stats_cache_key=key, stats_cache=cache, progress=False)
+    # same value (sqrtm of the singular 256x256 product in the cached path vs the exact sample-space form)
+    assert r2["rfid_real_stats"] == "cache" and r2["rfid"] == pytest.approx(r1["rfid"], rel=1e-4)
+    # a key that does not describe the loader (here: 8 of the 10 images) is caught, not silently used
+    with pytest.raises(ValueError, match="cache key does not describe"):
+        evaluate_reconstructions(model, loader, num_codes=16, device="cpu", inception=feats, limit=8,
+                                 real_stats_cache_key=key, stats_cache=cache, progress=False)
+    # the cached real statistics are those of the real images
+    mu, sigma = cache.load(key, "tiny-v1")
+    mu_ref, sigma_ref = feature_statistics(feats(data))
+    assert np.allclose(mu, mu_ref) and np.allclose(sigma, sigma_ref)
+    # the value equals FID of real vs reconstruction features computed by hand
+    model.eval()
+    with torch.no_grad():
+        rec = torch.cat([model(b)[0] for b, _ in loader]).clamp(0, 1)
+    # (FID is a difference of traces ~1e3 times larger: methods agree to ~1e-9 of those, not of FID)
+    assert r1["rfid"] == pytest.approx(_eig_frechet(*feature_statistics(feats(data)), *feature_statistics(feats(rec))), rel=1e-4)
+
+
+def test_evaluate_with_real_networks(shared_weights):
+    lp, why = load_lpips(_lpips_dir(shared_weights), download=False)
+    assert lp is not None, why
+    inc = _inception(shared_weights)
+    model = _NoisyIdentity(noise=0.05)
+    data, loader = _loader(3, 2)
+    res = evaluate_reconstructions(model, loader, num_codes=16, device="cpu", lpips_net=lp, inception=inc, progress=False)
+    assert "lpips_skipped" not in res and "rfid_skipped" not in res
+    assert 0 < res["lpips"] < 1 and res["rfid"] > 0
+    with torch.no_grad():
+        rec = torch.cat([model(b)[0] for b, _ in loader]).clamp(0, 1)
+        assert res["lpips"] == pytest.approx(float(lp(rec, data, normalize=True).mean()), rel=1e-5)
