@@ -13,8 +13,13 @@ SHARED = Path(os.environ.get("VQWAE_SHARED", REPO.parent / "shared"))
 
 @pytest.fixture(autouse=True)
 def _deterministic():
+    # One thread: the tests' tensors are small, and on a shared 2-core machine two threads were measured up
+    # to 20x slower for them.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     torch.manual_seed(0)
     yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture

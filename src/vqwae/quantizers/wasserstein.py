@@ -11,7 +11,7 @@ Loss (the paper's Eq. (7), with the per-batch WS term of Eq. (8)):
   Gradients: the optimal plan P moves latents and codewords (dW/dC = P), the centred dual potential moves pi.
   There is no VQ-VAE codebook or commitment loss: the codebook learns only through this term.
 * "kl": KL(pi^m || U_K) summed over positions, the paper's regulariser (Eq. (7), third term). The authors'
-  code divides it by K (a mean reduction); the `paper` preset reproduces that with kl_weight = 1/K.
+  code divides it by K (a mean reduction); kl_reduction="mean" (the `paper` preset) reproduces that.
 
 Solvers for W: "exact" (POT network simplex per position, as the authors run it), "sinkhorn" (entropic, all
 positions batched in log domain on the model's device) and "dual" (the paper's entropic semi-dual with a
@@ -47,6 +47,7 @@ class WassersteinConfig:
     solver: str = "exact"  # "exact" | "sinkhorn" | "dual"
     ws_weight: float = 1e-3  # lambda, on sum_m W^m
     kl_weight: float = 1.0  # lambda_r, on sum_m KL(pi^m || U_K)
+    kl_reduction: str = "sum"  # "sum" over codes (the paper) | "mean" (/K, the authors' code)
     pi_init: str = "uniform"  # "uniform" | "peaked" | "gaussian" (the controllability ablation)
     learn_pi: bool = True  # False keeps pi fixed at its initial value
     epsilon: float = 0.05  # sinkhorn / dual: entropic regularisation, relative to the batch's mean cost
@@ -74,6 +75,19 @@ def initial_pi(kind: str, groups: int, num_codes: int) -> torch.Tensor:
     return (p / p.sum()).float().expand(groups, num_codes).clone()
 
 
+class _ContiguousGrad(torch.autograd.Function):
+    """Identity whose backward makes the gradient contiguous. all_gather's backward exchanges gradients with
+    an all-to-all that (on gloo, torch 2.x) sends raw memory: a strided gradient view arrives scrambled."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.contiguous()
+
+
 class WassersteinQuantizer(Quantizer):
     """Drop-in VQ-WAE quantizer for latents z of shape (B, D, H, W).
 
@@ -88,6 +102,7 @@ class WassersteinQuantizer(Quantizer):
         self.config = cfg = WassersteinConfig(num_codes=num_codes, dim=dim, **kwargs)
         _choice("solver", cfg.solver, SOLVERS)
         _choice("pi_init", cfg.pi_init, PI_INITS)
+        _choice("kl_reduction", cfg.kl_reduction, ("sum", "mean"))
         if cfg.num_positions is not None and cfg.num_positions < 1:
             raise ValueError(f"num_positions must be positive or None, got {cfg.num_positions}")
         self.groups = 1 if cfg.num_positions is None else cfg.num_positions
@@ -137,7 +152,8 @@ class WassersteinQuantizer(Quantizer):
         if cfg.global_batch and dist.is_available() and dist.is_initialized():
             from torch.distributed.nn.functional import all_gather
 
-            flat = torch.cat(all_gather(flat), dim=0)  # (world * B, M, D), gradients flow back to each rank
+            # (world * B, M, D); gradients flow back to each rank, summed over ranks by all_gather's backward.
+            flat = torch.cat([_ContiguousGrad.apply(t) for t in all_gather(flat)], dim=0)
         x = self._groups(flat)  # (G, N, D)
         c = self.embedding
         log_pi = torch.log_softmax(self.beta, dim=-1)  # (G, K)
@@ -167,9 +183,10 @@ class WassersteinQuantizer(Quantizer):
         return scale * (transport_cost(plan, x, c) + potential_term - potential_term.detach())
 
     def kl_to_uniform(self) -> torch.Tensor:
-        """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k)."""
+        """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean")."""
         log_pi = torch.log_softmax(self.beta, dim=-1)
-        return (log_pi.exp() * (log_pi + math.log(self.num_codes))).sum()
+        kl = (log_pi.exp() * (log_pi + math.log(self.num_codes))).sum()
+        return kl / self.num_codes if self.config.kl_reduction == "mean" else kl
 
     @fp32
     def forward(self, z: torch.Tensor, compute_loss: bool | None = None) -> QuantizerOutput:

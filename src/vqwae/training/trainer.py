@@ -1,0 +1,254 @@
+"""Train a VQ autoencoder (VQ-WAE, VQ-VAE or SQ-VAE): plain PyTorch, one loop, torchrun-compatible.
+
+One process (CPU, or one GPU when present):
+    vqwae train --model vqwae --dataset mnist --data-root ../shared/data --out runs/m1
+Several GPUs on one node (NCCL; gloo when on CPU):
+    torchrun --nproc_per_node=4 -m vqwae train --model vqwae --dataset cifar10 --data-root DATA --out runs/c1
+Several nodes: the usual torchrun flags (--nnodes 2 --node_rank R --rdzv_endpoint HOST:PORT ...).
+Resume a stopped run (kill -9 included) from its last completed epoch:
+    vqwae train --out runs/m1 --resume
+
+Every step: encode, quantize (the quantizer's loss terms are computed there), decode, one backward over
+everything (encoder, decoder, codebook, pi). Once per epoch: validation MSE and code usage on the whole
+validation split, ReduceLROnPlateau on validation MSE, the best model saved by validation MSE, one line of
+metrics.jsonl, and the resumable state (atomically).
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from vqwae.data import load_splits
+from vqwae.metrics.usage import CodeUsage
+from vqwae.models import NetworkConfig, VQAutoencoder
+from vqwae.training import checkpoint, distributed
+from vqwae.training.config import TrainConfig
+
+CONFIG_NAME = "config.json"
+METRICS_NAME = "metrics.jsonl"
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or Inf; the last good checkpoint is kept."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    epochs_completed: int
+    steps: int
+    best_val_mse: float
+    last_metrics: dict
+
+
+def build_model(cfg: TrainConfig, channels: int, image_size: int) -> VQAutoencoder:
+    """The paper's network for the image size (conv32 -> 8x8 latents, conv64 -> 16x16) and the quantizer."""
+    if image_size not in (32, 64):
+        raise ValueError(f"the paper's networks take 32x32 or 64x64 images, got {image_size} (set --image-size)")
+    arch = "conv32" if image_size == 32 else "conv64"
+    net = NetworkConfig(arch=arch, in_channels=channels, num_res_layers=2 if arch == "conv32" else 6,
+                        latent_dim=cfg.dim, authors_quirks=cfg.authors_quirks)
+    kind, kwargs = cfg.quantizer_kind_and_kwargs(latent_positions=(image_size // 4) ** 2)
+    return VQAutoencoder.from_config(net, kind, **kwargs)
+
+
+def epoch_batches(n: int, batch_size: int, epoch: int, seed: int, rank: int, world: int) -> list[list[int]]:
+    """This rank's index batches for an epoch. One permutation per (seed, epoch), so a resumed run sees the
+    same order; global batch t is perm[t*B*world : (t+1)*B*world] and rank r takes its r-th slice, so a
+    DDP step sees exactly the images a single process with batch B*world would."""
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).tolist()
+    global_batch = batch_size * world
+    usable = n if world == 1 else (n // global_batch) * global_batch  # DDP: equal steps on every rank
+    out = []
+    for start in range(0, usable, global_batch):
+        chunk = perm[start : start + global_batch]
+        out.append(chunk[rank * batch_size : (rank + 1) * batch_size])
+    return [b for b in out if b]
+
+
+@torch.no_grad()
+def validate(model: VQAutoencoder, loader: DataLoader, device: torch.device, autocast) -> dict:
+    """Validation MSE, loss terms and ONE code-usage histogram over the whole split (all ranks)."""
+    model.eval()
+    usage = CodeUsage(model.quantizer.num_codes, device=device)
+    sums = defaultdict(float)
+    count = 0
+    for x, _ in loader:
+        x = x.to(device, non_blocking=True)
+        with autocast():
+            z = model.encoder(x)
+        out = model.quantizer(z, compute_loss=True)
+        with autocast():
+            x_hat = model.decoder(out.quantized)
+        b = x.shape[0]
+        sums["mse"] += float(torch.nn.functional.mse_loss(x_hat.float(), x)) * b
+        for name, value in out.losses.items():
+            sums[name] += float(value.detach()) * b
+        usage.update(out.indices)
+        count += b
+    totals = torch.tensor([count, *sums.values()], dtype=torch.float64, device=device)
+    distributed.all_reduce_sum(totals)
+    usage.reduce()
+    result = {f"val/{k}": float(v / totals[0]) for k, v in zip(sums, totals[1:])}
+    result.update({"val/perplexity": usage.perplexity, "val/codes_used": usage.codes_used})
+    model.train()
+    return result
+
+
+def _autocast_factory(precision: str, device: torch.device):
+    if precision == "fp32":
+        return lambda: torch.autocast(device.type, enabled=False)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+def _check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool) -> None:
+    existing = [p for p in (checkpoint.STATE_NAME, METRICS_NAME, "model.safetensors") if (run_dir / p).exists()]
+    if existing and not resume:
+        raise FileExistsError(
+            f"{run_dir} already holds a run ({', '.join(existing)}); pass --resume to continue it, "
+            "or choose another --out (nothing was overwritten)"
+        )
+
+
+def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = None) -> TrainResult:
+    device = distributed.resolve_device(cfg.device)
+    dist_info = distributed.setup(device)
+    rank, world, main = dist_info.rank, dist_info.world_size, dist_info.is_main
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    run_dir = Path(cfg.out)
+    _check_run_dir(run_dir, cfg, resume)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if main:
+        checkpoint.atomic_write_text(run_dir / CONFIG_NAME, json.dumps(cfg.to_dict(), indent=2))
+
+    # ---- data ------------------------------------------------------------------------------------------
+    splits = load_splits(cfg.dataset, cfg.data_root, train_limit=cfg.train_limit, eval_limit=cfg.eval_limit,
+                         download=cfg.download, image_size=cfg.image_size, seed=cfg.seed)
+    info = splits.info
+    val_idx = list(range(rank, len(splits.val), world))  # each rank validates its own share
+    val_loader = DataLoader(splits.val, batch_size=max(cfg.batch_size, 256),
+                            sampler=val_idx, num_workers=cfg.num_workers)
+
+    # ---- model and optimisation (identical initialisation on every rank) --------------------------------
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, info.channels, info.image_size).to(device)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg.lr_factor,
+                                                           patience=cfg.lr_patience)
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16" and device.type == "cuda")
+    autocast = _autocast_factory(cfg.precision, device)
+    start_epoch, step, best = 0, 0, math.inf
+    if resume and (run_dir / checkpoint.STATE_NAME).exists():
+        state = checkpoint.load_state(run_dir)
+        try:
+            model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            raise ValueError(f"cannot resume: {run_dir / checkpoint.STATE_NAME} does not match this configuration: {e}") from e
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        start_epoch, step, best = state["epoch"], state["step"], state["best_val_mse"]
+        checkpoint.set_rng_state(state["rng"])
+        _truncate_metrics(run_dir / METRICS_NAME, start_epoch)
+    else:
+        torch.manual_seed(cfg.seed + rank)  # per-rank randomness (e.g. SQ-VAE's Gumbel noise)
+    ddp_model = DDP(model, broadcast_buffers=False) if dist_info.enabled else model
+    if progress is None:
+        progress = main and sys.stderr.isatty()
+
+    # ---- the loop ------------------------------------------------------------------------------------
+    last: dict = {}
+    epoch = start_epoch
+    for epoch in range(start_epoch, cfg.epochs):
+        if cfg.max_steps is not None and step >= cfg.max_steps:
+            break
+        model.train()
+        batches = epoch_batches(len(splits.train), cfg.batch_size, epoch, cfg.seed, rank, world)
+        loader = DataLoader(splits.train, batch_sampler=batches, num_workers=cfg.num_workers)
+        sums, seen, t0 = defaultdict(float), 0, time.perf_counter()
+        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress, leave=False)
+        for i, (x, _) in enumerate(bar):
+            x = x.to(device, non_blocking=True)
+            with autocast():
+                x_hat, out = ddp_model(x)
+            recon = model.reconstruction_loss(x_hat.float(), x)
+            loss = recon + out.loss
+            if not torch.isfinite(loss):
+                raise TrainingDiverged(
+                    f"non-finite loss at epoch {epoch + 1}, step {step + 1} (terms: recon={float(recon):.4g}, "
+                    + ", ".join(f"{k}={float(v):.4g}" for k, v in out.losses.items())
+                    + f"); the last good checkpoint in {run_dir} is kept. Try a lower --lr or --precision fp32."
+                )
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            step += 1
+            b = x.shape[0]
+            seen += b
+            sums["loss"] += float(loss.detach()) * b
+            sums["recon"] += float(recon.detach()) * b
+            sums["mse"] += float(torch.nn.functional.mse_loss(x_hat.detach().float(), x)) * b
+            for name, value in out.losses.items():
+                sums[name] += float(value.detach()) * b
+            sums["perplexity"] += float(out.perplexity) * b
+            if progress:
+                bar.set_postfix(loss=f"{float(loss):.4f}", ppl=f"{float(out.perplexity):.1f}",
+                                img_s=f"{seen * world / (time.perf_counter() - t0):.0f}")
+            elif main and (i + 1) % 200 == 0:
+                print(f"epoch {epoch + 1} step {i + 1}/{len(batches)} loss {sums['loss'] / seen:.5f} "
+                      f"ppl {float(out.perplexity):.1f} {seen * world / (time.perf_counter() - t0):.0f} img/s", flush=True)
+            if cfg.max_steps is not None and step >= cfg.max_steps:
+                break
+        bar.close()
+        train_seconds = time.perf_counter() - t0
+
+        # ---- end of epoch: validate, schedule, save ----------------------------------------------------
+        totals = torch.tensor([seen, *sums.values()], dtype=torch.float64, device=device)
+        distributed.all_reduce_sum(totals)
+        metrics = {"epoch": epoch + 1, "step": step}
+        metrics.update({f"train/{k}": float(v / totals[0]) for k, v in zip(sums, totals[1:])})
+        metrics.update(validate(model, val_loader, device, autocast))
+        metrics.update({"lr": optimizer.param_groups[0]["lr"], "seconds": train_seconds,
+                        "images_per_second": float(totals[0]) / max(train_seconds, 1e-9)})
+        if cfg.max_steps is not None and step >= cfg.max_steps and i + 1 < len(batches):
+            metrics["partial_epoch"] = True
+        scheduler.step(metrics["val/mse"])
+        last = metrics
+        if main:
+            if metrics["val/mse"] < best:
+                best = metrics["val/mse"]
+                model.save_pretrained(run_dir)
+            with open(run_dir / METRICS_NAME, "a") as f:
+                f.write(json.dumps(metrics) + "\n")
+            checkpoint.save_state(run_dir, model=model.state_dict(), optimizer=optimizer.state_dict(),
+                                  scheduler=scheduler.state_dict(), epoch=epoch + 1, step=step,
+                                  best_val_mse=best, config=cfg.to_dict())
+            print(f"epoch {epoch + 1}: " + ", ".join(f"{k} {v:.5g}" for k, v in metrics.items()
+                                                     if isinstance(v, float) and not k.startswith("train/")),
+                  flush=True)
+        else:
+            best = min(best, metrics["val/mse"])
+    distributed.teardown() if dist_info.enabled else None
+    return TrainResult(run_dir, epoch + 1 if last else start_epoch, step, best, last)
+
+
+def _truncate_metrics(path: Path, epochs_done: int) -> None:
+    """Drop metric lines of epochs after the last saved state (a crash between the two writes)."""
+    if not path.exists():
+        return
+    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    keep = [ln for ln in lines if json.loads(ln).get("epoch", 0) <= epochs_done]
+    if len(keep) != len(lines):
+        checkpoint.atomic_write_text(path, "".join(ln + "\n" for ln in keep))
