@@ -1,0 +1,78 @@
+"""``vqwae eval RUN_DIR``: reconstruction metrics, code usage and pictures (and generation FID)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from vqwae.cli.errors import fail
+
+Opt = typer.Option
+
+TABLE_KEYS = ("mse", "psnr", "ssim", "lpips", "rfid", "perplexity", "codes_used", "num_images",
+              "gfid_uncond", "gfid_cond")
+
+
+def eval_command(
+    run_dir: Path = typer.Argument(..., help="A run folder made by `vqwae train`."),
+    split: str = Opt("test", help="val | test"),
+    limit: Optional[int] = Opt(None, help="Evaluate the first N images of the split."),
+    batch_size: int = Opt(100),
+    resolution: str = Opt("native", help="native | 256 (the authors upsample 32x32 to 256 for PSNR/SSIM/LPIPS)."),
+    inception_weights: Optional[str] = Opt(None, envvar="VQWAE_INCEPTION_WEIGHTS",
+                                           help="FID InceptionV3 TorchScript file (env VQWAE_INCEPTION_WEIGHTS)."),
+    lpips_weights: Optional[str] = Opt(None, envvar="VQWAE_LPIPS_WEIGHTS",
+                                       help="LPIPS folder with alexnet_features.pth and v0.1/alex.pth (env VQWAE_LPIPS_WEIGHTS)."),
+    fid: bool = Opt(True, "--fid/--no-fid", help="Compute rFID."),
+    lpips: bool = Opt(True, "--lpips/--no-lpips", help="Compute LPIPS."),
+    generation: bool = Opt(False, "--generation", help="Also generation FID from RUN_DIR/prior (see `vqwae prior train`)."),
+    n_samples: int = Opt(1000, help="Generated images for --generation."),
+    device: str = Opt("auto"),
+    data_root: Optional[str] = Opt(None, help="Override the dataset location recorded in the run."),
+) -> None:
+    """Evaluate a trained run; writes RUN_DIR/eval.json and PNGs next to it, prints a table."""
+    from vqwae.runs.evaluation import evaluate_run
+
+    res = 256 if resolution == "256" else resolution
+    if res not in ("native", 256):
+        fail(f"unknown resolution {resolution!r}; valid: native, 256")
+    try:
+        result = evaluate_run(run_dir, split=split, limit=limit, batch_size=batch_size, resolution=res,
+                              inception_weights=inception_weights, lpips_weights=lpips_weights, fid=fid,
+                              lpips=lpips, device=device, data_root=data_root)
+        if generation:
+            result = _generation(run_dir, n_samples, inception_weights, device)
+    except (FileNotFoundError, ValueError) as e:
+        fail(str(e))
+    typer.echo(f"\n{run_dir}  ({result.get('model')} on {result.get('dataset')}, {split} split, "
+               f"{result.get('resolution')} resolution)")
+    for k in TABLE_KEYS:
+        if k in result:
+            v = result[k]
+            shown = "skipped: " + str(result.get(f"{k}_skipped", "")) if v is None else (
+                f"{v:.6g}" if isinstance(v, float) else str(v))
+            typer.echo(f"  {k:<12} {shown}")
+    typer.echo(f"  seconds      {result.get('seconds', 0):.1f}\n  -> {run_dir / 'eval.json'}")
+
+
+def _generation(run_dir: Path, n: int, inception_weights, device) -> dict:
+    import json
+
+    from vqwae.metrics.fid import FIDStatsCache, load_inception
+    from vqwae.prior.generation import generation_fid
+    from vqwae.runs import update_eval
+    from vqwae.training.distributed import resolve_device
+
+    prior_dir = run_dir / "prior"
+    if not prior_dir.is_dir():
+        raise FileNotFoundError(f"{prior_dir} not found: train a prior first with `vqwae prior train {run_dir}`")
+    dev = resolve_device(device)
+    inception, why = load_inception(inception_weights, device=dev)
+    if inception is None:
+        return update_eval(run_dir, {"gfid_uncond": None, "gfid_skipped": why})
+    conditional = json.loads((prior_dir / "config.json").read_text()).get("num_classes") is not None
+    out = generation_fid(run_dir, n=n, conditional=False, inception=inception, stats_cache=FIDStatsCache(), device=dev)
+    if conditional:
+        out.update(generation_fid(run_dir, n=n, conditional=True, inception=inception, stats_cache=FIDStatsCache(), device=dev))
+    return update_eval(run_dir, out)
