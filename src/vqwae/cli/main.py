@@ -22,6 +22,7 @@ def _register_optional():
     for module, name, attr in [
         ("vqwae.cli.evaluate", "eval", "eval_command"),
         ("vqwae.cli.demo", "demo", "demo_command"),
+        ("vqwae.cli.reproduce", "reproduce", "reproduce_command"),
         ("vqwae.cli.stage_two", "sample", "sample_command"),
         ("vqwae.cli.stage_two", "probe", "probe_command"),
         ("vqwae.cli.stage_two", "tsne", "tsne_command"),

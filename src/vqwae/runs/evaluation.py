@@ -4,6 +4,7 @@ Used by ``vqwae eval RUN_DIR`` and by ``vqwae reproduce``.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -19,6 +20,26 @@ from vqwae.metrics.lpips import load_lpips
 from vqwae.runs import load_run_model, read_train_config, update_eval
 
 SSIM_WINDOW = "uniform 11x11 (valid region), data_range 1"
+
+
+@functools.lru_cache(maxsize=4)
+def _metric_networks(inception_weights, lpips_weights, device: str, fid: bool, lpips: bool):
+    """Load the LPIPS and Inception networks once per process (reproduce evaluates dozens of runs)."""
+    reasons: dict[str, str] = {}
+    lpips_net = inception = None
+    if lpips:
+        lpips_net, why = load_lpips(lpips_weights, device=device)
+        if why:
+            reasons["lpips"] = why
+    else:
+        reasons["lpips"] = "disabled (--no-lpips)"
+    if fid:
+        inception, why = load_inception(inception_weights, device=device)
+        if why:
+            reasons["rfid"] = why
+    else:
+        reasons["rfid"] = "disabled (--no-fid)"
+    return lpips_net, inception, reasons
 
 
 def evaluate_run(
@@ -53,20 +74,8 @@ def evaluate_run(
     data = splits.test if split == "test" else splits.val
     loader = DataLoader(data, batch_size=batch_size, shuffle=False)
 
-    reasons: dict[str, str] = {}
-    lpips_net = inception = None
-    if lpips:
-        lpips_net, why = load_lpips(lpips_weights, device=dev)
-        if why:
-            reasons["lpips"] = why
-    else:
-        reasons["lpips"] = "disabled (--no-lpips)"
-    if fid:
-        inception, why = load_inception(inception_weights, device=dev)
-        if why:
-            reasons["rfid"] = why
-    else:
-        reasons["rfid"] = "disabled (--no-fid)"
+    lpips_net, inception, reasons = _metric_networks(inception_weights, lpips_weights, str(dev), fid, lpips)
+    reasons = dict(reasons)
     for metric, why in reasons.items():
         print(f"skipping {metric}: {why}", flush=True)
     key = None

@@ -1,0 +1,97 @@
+"""REPORT.md and a self-contained REPORT.html (images inlined) from structured sections.
+
+Both are rendered from the same ``Section`` objects, so the two never disagree."""
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Claim:
+    text: str  # the paper's claim, in one sentence
+    holds: bool | None  # None: could not be checked in this run
+    detail: str = ""  # the numbers behind the verdict
+
+    @property
+    def verdict(self) -> str:
+        return {True: "holds", False: "DOES NOT HOLD", None: "not checked"}[self.holds]
+
+
+@dataclass
+class Section:
+    title: str
+    source: str  # which table/figure of the paper
+    header: list[str]
+    rows: list[list[str]]
+    claims: list[Claim] = field(default_factory=list)
+    figures: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def fmt(value, digits: int = 4) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def to_markdown(title: str, preamble: list[str], sections: list[Section], root: Path) -> str:
+    out = [f"# {title}", ""]
+    out += [p + "\n" for p in preamble]
+    for s in sections:
+        out += [f"## {s.title}", "", f"*Paper: {s.source}*", ""]
+        if s.rows:
+            out.append("| " + " | ".join(s.header) + " |")
+            out.append("|" + "---|" * len(s.header))
+            out += ["| " + " | ".join(r) + " |" for r in s.rows]
+            out.append("")
+        for c in s.claims:
+            out.append(f"- **{c.verdict}**: {c.text}" + (f" ({c.detail})" if c.detail else ""))
+        if s.claims:
+            out.append("")
+        out += [f"{n}\n" for n in s.notes]
+        for f in s.figures:
+            out += [f"![{f.stem}]({Path(f).relative_to(root).as_posix()})", ""]
+    return "\n".join(out) + "\n"
+
+
+def to_html(title: str, preamble: list[str], sections: list[Section]) -> str:
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}"
+             "th{background:#eee}td:first-child,th:first-child{text-align:left}.no{color:#b00;font-weight:bold}"
+             ".yes{color:#070;font-weight:bold}img{max-width:100%;border:1px solid #ddd}</style></head><body>",
+             f"<h1>{e(title)}</h1>"]
+    parts += [f"<p>{e(p)}</p>" for p in preamble]
+    for s in sections:
+        parts += [f"<h2>{e(s.title)}</h2>", f"<p><em>Paper: {e(s.source)}</em></p>"]
+        if s.rows:
+            parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in s.header) + "</tr>")
+            parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in s.rows]
+            parts.append("</table>")
+        if s.claims:
+            parts.append("<ul>")
+            for c in s.claims:
+                cls = {True: "yes", False: "no", None: ""}[c.holds]
+                parts.append(f"<li><span class='{cls}'>{e(c.verdict)}</span>: {e(c.text)}"
+                             + (f" ({e(c.detail)})" if c.detail else "") + "</li>")
+            parts.append("</ul>")
+        parts += [f"<p>{e(n)}</p>" for n in s.notes]
+        for f in s.figures:
+            data = base64.b64encode(Path(f).read_bytes()).decode()
+            parts.append(f"<p><img alt='{e(Path(f).stem)}' src='data:image/png;base64,{data}'></p>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(out: Path, title: str, preamble: list[str], sections: list[Section]) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    md, page = out / "REPORT.md", out / "REPORT.html"
+    md.write_text(to_markdown(title, preamble, sections, out))
+    page.write_text(to_html(title, preamble, sections))
+    return md, page

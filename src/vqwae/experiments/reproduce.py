@@ -1,0 +1,337 @@
+"""``vqwae reproduce``: run the paper's experiments at a budget and write a report beside the paper's numbers.
+
+Each experiment turns cached runs (``runner``) into a report ``Section``: this run's numbers next to the
+paper's, the paper's claims checked one by one (a claim that does not hold in this run is said so), and
+the figures.
+"""
+from __future__ import annotations
+
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vqwae.experiments import paper_numbers as P
+from vqwae.experiments.report import Claim, Section, fmt, write_report
+from vqwae.experiments.runner import ensure_runs
+from vqwae.experiments.suite import BUDGETS, EXPERIMENTS, PAPER_DATASETS, Budget, RunSpec, runs_for, spec
+
+NAMES = {"vqvae": "VQ-VAE", "sqvae": "SQ-VAE", "vqwae": "VQ-WAE"}
+
+
+def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Path, *, data_root: str | None = None,
+              jobs: int = 1, device: str = "auto", inception_weights: str | None = None,
+              lpips_weights: str | None = None, command: str = "") -> Path:
+    if budget not in BUDGETS:
+        raise ValueError(f"unknown budget {budget!r}; valid: {', '.join(BUDGETS)}")
+    if experiments == ["all"]:
+        experiments = list(EXPERIMENTS)
+    for e in experiments:
+        if e not in EXPERIMENTS:
+            raise ValueError(f"unknown experiment {e!r}; valid: {', '.join(EXPERIMENTS)}, all")
+    b = BUDGETS[budget]
+    out = Path(out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    available, not_run = _available(datasets, data_root)
+    specs = [s for e in experiments for d in available for s in runs_for(e, d)]
+    results = ensure_runs(out, specs, b, data_root, jobs=jobs, device=device,
+                          inception_weights=inception_weights, lpips_weights=lpips_weights)
+    sections = []
+    for e in experiments:
+        sections.append(ANALYSES[e](available, results, b, out, device=device, inception_weights=inception_weights))
+    skipped = not_run + [(d, "not requested (--datasets)") for d in PAPER_DATASETS if d not in datasets]
+    if skipped:
+        sections.append(Section("Datasets not run", "all tables", ["dataset", "reason"],
+                                [[d, why] for d, why in skipped]))
+    preamble = [
+        f"Budget `{b.name}`: {b.description}. The paper trains 100 epochs on the full training sets; "
+        "numbers at a smaller budget show directions, not the paper's values.",
+        "VQ-WAE runs use the `paper` preset (exact OT per latent position, uniform learned pi, lambda 1e-3, "
+        "lambda_r 1 with the authors' mean reduction). PSNR/SSIM/LPIPS at "
+        f"{b.resolution} resolution; rFID on the same test images (InceptionV3 pool3).",
+        f"Hardware: {platform.processor() or platform.machine()}, {torch.get_num_threads()} CPU threads, "
+        f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}; "
+        f"torch {torch.__version__}, Python {platform.python_version()}. Date {time.strftime('%Y-%m-%d')}. "
+        f"Wall time {time.perf_counter() - t0:.0f} s.",
+        f"Command: `{command or ' '.join(sys.argv)}`",
+    ]
+    md, _ = write_report(out, "VQ-WAE reproduction report", preamble, sections)
+    (out / "results.json").write_text(json.dumps({s.label: r for s, r in results.items()}, indent=2, default=str))
+    return md
+
+
+def _available(datasets: list[str], data_root: str | None):
+    from vqwae.data import load_splits
+
+    ok, missing = [], []
+    for d in datasets:
+        try:
+            load_splits(d, None if d == "digits" else data_root, train_limit=1, eval_limit=1)
+            ok.append(d)
+        except (FileNotFoundError, OSError, ValueError) as e:
+            missing.append((d, f"not available on this machine: {str(e).splitlines()[0]}"))
+    return ok, missing
+
+
+# ---- helpers ---------------------------------------------------------------------------------------------
+
+
+def _get(results, s: RunSpec, key):
+    return results[s].get(key) if s in results else None
+
+
+def _paper_pair(this, paper, digits=4):
+    return f"{fmt(this, digits)} ({fmt(paper, digits)})"
+
+
+def _usage(results, s: RunSpec) -> np.ndarray:
+    p = Path(results[s]["run_dir"]) / "code_usage_test.json"
+    return np.asarray(json.loads(p.read_text()), dtype=float)
+
+
+def _best(values: dict, lower: bool):
+    vals = {k: v for k, v in values.items() if v is not None}
+    if not vals:
+        return None
+    return (min if lower else max)(vals, key=vals.get)
+
+
+def _claim_best(text, values: dict, winner: str, lower: bool) -> Claim:
+    best = _best(values, lower)
+    detail = ", ".join(f"{NAMES.get(k, k)} {fmt(v)}" for k, v in values.items())
+    return Claim(text, None if best is None else best == winner, detail)
+
+
+# ---- the experiments -----------------------------------------------------------------------------------
+
+
+def recon(datasets, results, b: Budget, out: Path, **_) -> Section:
+    from vqwae.figures import side_by_side_usage
+
+    metrics = P.RECON["metrics"]
+    rows, claims, figures = [], [], []
+    for d in datasets:
+        for m in ("vqvae", "sqvae", "vqwae"):
+            paper = P.RECON["values"].get((d, m), {})
+            rows.append([d, NAMES[m]] + [_paper_pair(_get(results, spec(d, m), k), paper.get(k)) for k in metrics]
+                        + [fmt(_get(results, spec(d, m), "mse"))])
+        ppl = {m: _get(results, spec(d, m), "perplexity") for m in ("vqvae", "sqvae", "vqwae")}
+        rfid = {m: _get(results, spec(d, m), "rfid") for m in ("vqvae", "sqvae", "vqwae")}
+        claims.append(_claim_best(f"{d}: VQ-WAE has the highest codebook perplexity", ppl, "vqwae", lower=False))
+        claims.append(_claim_best(f"{d}: VQ-WAE has the lowest rFID", rfid, "vqwae", lower=True))
+        if ppl["vqwae"] is not None and ppl["vqvae"] is not None:
+            claims.append(Claim(f"{d}: VQ-WAE uses its codebook far better than VQ-VAE (perplexity at least 2x)",
+                                ppl["vqwae"] >= 2 * ppl["vqvae"], f"{fmt(ppl['vqwae'])} vs {fmt(ppl['vqvae'])}"))
+        fig = out / "figures" / f"recon_usage_{d}.png"
+        side_by_side_usage({NAMES[m]: _usage(results, spec(d, m)) for m in ("vqvae", "sqvae", "vqwae")}, fig,
+                           title=f"Code usage on the {d} test split (K=512)")
+        figures.append(fig)
+    return Section("Reconstruction", P.RECON["table"], ["dataset", "model"] + [f"{k} (paper)" for k in metrics] + ["mse"],
+                   rows, claims, figures)
+
+
+def codebook_size(datasets, results, b: Budget, out: Path, **_) -> Section:
+    from vqwae.figures import side_by_side_usage
+
+    rows, claims, figures = [], [], []
+    sizes = (64, 128, 256, 512)
+    for d in datasets:
+        for m in ("vqvae", "sqvae", "vqwae"):
+            paper = P.CODEBOOK_SIZE["values"].get((d, m), {})
+            for i, k in enumerate(sizes):
+                s = spec(d, m, num_codes=k) if k != 512 else spec(d, m)
+                pp = paper.get("perplexity", (None,) * 4)[i]
+                pr = paper.get("rfid", (None,) * 4)[i]
+                rows.append([d, NAMES[m], str(k), _paper_pair(_get(results, s, "perplexity"), pp),
+                             _paper_pair(_get(results, s, "rfid"), pr), fmt(_get(results, s, "mse"))])
+        for i, k in enumerate(sizes):
+            ppl = {m: _get(results, spec(d, m, num_codes=k) if k != 512 else spec(d, m), "perplexity") for m in NAMES}
+            claims.append(_claim_best(f"{d}, K={k}: VQ-WAE has the highest perplexity", ppl, "vqwae", lower=False))
+        wae = [_get(results, spec(d, "vqwae", num_codes=k) if k != 512 else spec(d, "vqwae"), "perplexity") for k in sizes]
+        if None not in wae:
+            claims.append(Claim(f"{d}: VQ-WAE's perplexity grows with K", all(a < c for a, c in zip(wae, wae[1:])),
+                                " < ".join(fmt(v) for v in wae)))
+            claims.append(Claim(f"{d}: VQ-WAE's perplexity reaches at least 0.9 K at every K",
+                                all(v >= 0.9 * k for v, k in zip(wae, sizes)),
+                                ", ".join(f"{fmt(v)}/{k}" for v, k in zip(wae, sizes))))
+        fig = out / "figures" / f"codebook_size_usage_{d}.png"
+        side_by_side_usage({f"VQ-WAE K={k}": _usage(results, spec(d, "vqwae", num_codes=k) if k != 512 else spec(d, "vqwae"))
+                            for k in sizes}, fig, title=f"VQ-WAE code usage on {d} for each codebook size")
+        figures.append(fig)
+    return Section("Codebook size", P.CODEBOOK_SIZE["table"],
+                   ["dataset", "model", "K", "perplexity (paper)", "rFID (paper)", "mse"], rows, claims, figures)
+
+
+def _pi_spec(d, mode, init):
+    from vqwae.experiments.suite import PI_MODES
+
+    if mode == "learned_kl1" and init == "uniform":
+        return spec(d, "vqwae")
+    return spec(d, "vqwae", pi_init=init, **PI_MODES[mode])
+
+
+def pi_init(datasets, results, b: Budget, out: Path, **_) -> Section:
+    from vqwae.figures import usage_histogram
+    from vqwae.quantizers.wasserstein import initial_pi
+
+    rows, claims, figures = [], [], []
+    for d in datasets:
+        for mode in ("fixed", "learned_kl0", "learned_kl1"):
+            for init in ("peaked", "gaussian", "uniform"):
+                s = _pi_spec(d, mode, init)
+                paper = P.PI_INIT["values"].get((mode, init), {}) if d == "cifar10" else {}
+                rows.append([d, mode, init, _paper_pair(_get(results, s, "rfid"), paper.get("rfid")),
+                             _paper_pair(_get(results, s, "perplexity"), paper.get("perplexity"))])
+        rfid_u = {i: _get(results, _pi_spec(d, "learned_kl1", i), "rfid") for i in ("peaked", "gaussian", "uniform")}
+        claims.append(_claim_best(f"{d}: with pi learned and lambda_r = 1, the uniform initialisation gives the best rFID",
+                                  rfid_u, "uniform", lower=True))
+        for init in ("peaked", "gaussian"):
+            a = _get(results, _pi_spec(d, "learned_kl1", init), "perplexity")
+            c = _get(results, _pi_spec(d, "learned_kl0", init), "perplexity")
+            if a is not None and c is not None:
+                claims.append(Claim(f"{d}, {init} init: the KL regulariser (lambda_r = 1) raises perplexity over lambda_r = 0",
+                                    a > c, f"{fmt(a)} vs {fmt(c)}"))
+        for init in ("peaked", "gaussian"):
+            s = _pi_spec(d, "fixed", init)
+            if s in results:
+                fig = out / "figures" / f"pi_init_fixed_{init}_{d}.png"
+                k = int(_usage(results, s).shape[0])
+                usage_histogram(_usage(results, s), fig, pi=initial_pi(init, 1, k)[0].numpy(),
+                                title=f"{d}: usage with a fixed {init} pi")
+                figures.append(fig)
+    return Section("Initialisation of pi", P.PI_INIT["table"] + " (paper values are CIFAR-10 only)",
+                   ["dataset", "pi", "init", "rFID (paper)", "perplexity (paper)"], rows, claims, figures)
+
+
+def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
+    from vqwae.quantizers.wasserstein import initial_pi
+
+    rows, claims = [], []
+    for d in datasets:
+        for init in ("peaked", "gaussian", "uniform"):
+            s = _pi_spec(d, "fixed", init)
+            usage = _usage(results, s)
+            p = usage / max(usage.sum(), 1)
+            pi = initial_pi(init, 1, len(p))[0].numpy()
+            corr = float(np.corrcoef(p, pi)[0, 1]) if init != "uniform" else None
+            tv = 0.5 * float(np.abs(p - pi).sum())
+            rows.append([d, init, fmt(corr), fmt(tv), fmt(_get(results, s, "perplexity"))])
+            if corr is not None:
+                claims.append(Claim(f"{d}: with a fixed {init} pi the code usage follows pi (correlation >= 0.9)",
+                                    corr >= 0.9, f"correlation {corr:.3f}"))
+    return Section("Controllability", "Figure 'Different initialization of Codebook' (fig:init), as a number",
+                   ["dataset", "fixed pi", "corr(usage, pi)", "total variation", "perplexity"], rows, claims)
+
+
+def lam(datasets, results, b: Budget, out: Path, **_) -> Section:
+    rows, claims = [], []
+    for d in datasets:
+        spreads = {}
+        for lr in (1.0, 0.0):
+            vals = []
+            for lm in (1e-2, 1e-3, 1e-4):
+                s = spec(d, "vqwae") if (lr, lm) == (1.0, 1e-3) else spec(d, "vqwae", kl_weight=lr, ws_weight=lm)
+                paper = P.LAMBDA["values"].get((lr, lm), {}) if d == "cifar10" else {}
+                r = _get(results, s, "rfid")
+                vals.append(r)
+                rows.append([d, fmt(lr), fmt(lm), _paper_pair(r, paper.get("rfid")),
+                             _paper_pair(_get(results, s, "perplexity"), paper.get("perplexity"))])
+            spreads[lr] = None if None in vals else max(vals) - min(vals)
+        if None not in spreads.values():
+            claims.append(Claim(f"{d}: with lambda_r = 1 the rFID varies less across lambda than with lambda_r = 0",
+                                spreads[1.0] < spreads[0.0], f"spread {fmt(spreads[1.0])} vs {fmt(spreads[0.0])}"))
+    return Section("lambda and lambda_r", P.LAMBDA["table"] + " (paper values are CIFAR-10 only)",
+                   ["dataset", "lambda_r", "lambda", "rFID (paper)", "perplexity (paper)"], rows, claims)
+
+
+def probe(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section:
+    from vqwae.runs.studies import probe_run
+    from vqwae.training.distributed import resolve_device
+
+    rows, claims = [], []
+    for d in datasets:
+        acc = {}
+        for m in NAMES:
+            s = spec(d, m)
+            r = results[s]
+            if r.get("probe_budget") != b.name:
+                r.update(probe_run(r["run_dir"], limit=b.train_limit, device=resolve_device(device)))
+                from vqwae.runs import update_eval
+
+                update_eval(r["run_dir"], {"probe_budget": b.name})
+            acc[m] = 100 * r["probe_accuracy"]
+            rows.append([d, NAMES[m], _paper_pair(acc[m], P.PROBE["values"].get((d, m))),
+                         fmt(100 * r["probe_accuracy_continuous"])])
+        claims.append(_claim_best(f"{d}: a linear probe on VQ-WAE's quantized latents is the most accurate", acc,
+                                  "vqwae", lower=False))
+    return Section("Linear probe", P.PROBE["table"],
+                   ["dataset", "model", "accuracy % on quantized (paper)", "accuracy % on continuous"], rows, claims)
+
+
+def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section:
+    from vqwae.runs.studies import tsne_run
+    from vqwae.training.distributed import resolve_device
+
+    rows, claims, figures = [], [], []
+    for d in datasets:
+        sil = {}
+        for m in NAMES:
+            r = results[spec(d, m)]
+            png = out / "figures" / f"tsne_{d}_{m}.png"
+            if r.get("tsne_budget") != b.name or not png.exists():
+                r.update(tsne_run(r["run_dir"], n=min(b.tsne_points, b.eval_limit or b.tsne_points), out_png=png,
+                                  device=resolve_device(device)))
+                from vqwae.runs import update_eval
+
+                update_eval(r["run_dir"], {"tsne_budget": b.name})
+            sil[m] = r["tsne_silhouette"]
+            rows.append([d, NAMES[m], fmt(sil[m])])
+            figures.append(png)
+        claims.append(_claim_best(f"{d}: VQ-WAE's classes are the best separated in t-SNE (highest silhouette)", sil,
+                                  "vqwae", lower=False))
+    return Section("t-SNE", "Figure 't-SNE feature visualization' (fig:tsne), with a silhouette score",
+                   ["dataset", "model", "silhouette of classes"], rows, claims, figures)
+
+
+def generation(datasets, results, b: Budget, out: Path, device="auto", inception_weights=None, **_) -> Section:
+    from vqwae.metrics.fid import FIDStatsCache, load_inception
+    from vqwae.prior.generation import generation_fid, train_run_prior
+    from vqwae.runs import update_eval
+    from vqwae.training.distributed import resolve_device
+
+    dev = resolve_device(device)
+    inception, why = load_inception(inception_weights, device=dev)
+    rows, claims = [], []
+    for d in datasets:
+        fids = {}
+        for m in NAMES:
+            r = results[spec(d, m)]
+            run = Path(r["run_dir"])
+            if r.get("generation_budget") != b.name and inception is not None:
+                for cond in (False, True):
+                    train_run_prior(run, conditional=cond, epochs=b.prior_epochs, hidden_channels=b.prior_hidden,
+                                    max_steps=b.prior_max_steps, device=dev,
+                                    out_dir=run / ("prior_cond" if cond else "prior"))
+                    r.update(generation_fid(run, n=b.gen_samples, conditional=cond, inception=inception,
+                                            stats_cache=FIDStatsCache(), device=dev, limit=b.eval_limit,
+                                            prior_dir=run / ("prior_cond" if cond else "prior")))
+                update_eval(run, {k: r.get(k) for k in ("gfid_uncond", "gfid_cond")} | {"generation_budget": b.name})
+            paper = P.GENERATION["values"].get((d, m), (None, None))
+            fids[m] = r.get("gfid_uncond")
+            rows.append([d, NAMES[m], _paper_pair(r.get("gfid_uncond"), paper[0]),
+                         _paper_pair(r.get("gfid_cond"), paper[1])])
+        claims.append(_claim_best(f"{d}: VQ-WAE's codes give the lowest unconditional generation FID", fids, "vqwae",
+                                  lower=True))
+    notes = [] if inception is not None else [f"Generation FID not computed: {why}"]
+    return Section("Generation", P.GENERATION["table"],
+                   ["dataset", "model", "FID unconditional (paper)", "FID class-conditional (paper)"], rows, claims,
+                   notes=notes)
+
+
+ANALYSES = {"recon": recon, "codebook-size": codebook_size, "pi-init": pi_init, "lambda": lam, "probe": probe,
+            "generation": generation, "controllability": controllability, "tsne": tsne}

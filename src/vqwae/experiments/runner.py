@@ -1,0 +1,94 @@
+"""Train and evaluate the runs an experiment needs, each once, cached by its full configuration.
+
+A run lives in OUT/runs/<dataset>/<model>-<hash of its TrainConfig>; rerunning skips finished training and
+evaluation and resumes an interrupted run from its last completed epoch. Several runs can go at once
+(``jobs``), each process then using fewer CPU threads.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import torch
+
+from vqwae.experiments.suite import Budget, RunSpec
+from vqwae.runs import read_eval
+from vqwae.training.config import TrainConfig
+
+
+def run_dir_for(out: Path, spec: RunSpec, values: dict) -> Path:
+    key = json.dumps({k: v for k, v in sorted(values.items()) if k != "out"}, sort_keys=True, default=str)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
+    return Path(out) / "runs" / spec.dataset / f"{spec.model}-{digest}"
+
+
+def eval_signature(budget: Budget) -> dict:
+    return dict(split="test", limit=budget.eval_limit, resolution=budget.resolution, fid=budget.fid, lpips=budget.lpips)
+
+
+def _finished_epochs(run_dir: Path) -> int:
+    p = run_dir / "metrics.jsonl"
+    if not p.is_file():
+        return 0
+    lines = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
+    return max((x["epoch"] for x in lines), default=0) if lines else 0
+
+
+def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, device: str = "auto",
+               threads: int | None = None, inception_weights: str | None = None, lpips_weights: str | None = None) -> dict:
+    """Train (or resume, or skip) and evaluate one run; returns its eval.json plus run_dir and label."""
+    from vqwae.runs.evaluation import evaluate_run
+    from vqwae.training import train
+
+    if threads:
+        torch.set_num_threads(threads)
+    values = spec.config_values(budget, data_root)
+    run_dir = run_dir_for(out, spec, values)
+    cfg = TrainConfig.from_dict(dict(values, out=str(run_dir), device=device))
+    done = _finished_epochs(run_dir)
+    last = _last_metrics(run_dir)
+    finished = done >= cfg.epochs or (cfg.max_steps is not None and last.get("step", 0) >= cfg.max_steps)
+    if not finished:
+        print(f"[reproduce] training {spec.label} -> {run_dir}", flush=True)
+        train(cfg, resume=(run_dir / "state.pt").exists(), progress=False)
+    result = read_eval(run_dir)
+    if result.get("eval_signature") != eval_signature(budget):
+        print(f"[reproduce] evaluating {spec.label}", flush=True)
+        result = evaluate_run(run_dir, split="test", limit=budget.eval_limit, resolution=budget.resolution,
+                              fid=budget.fid, lpips=budget.lpips, device=device, progress=False,
+                              inception_weights=inception_weights, lpips_weights=lpips_weights)
+        from vqwae.runs import update_eval
+
+        result = update_eval(run_dir, {"eval_signature": eval_signature(budget)})
+    return dict(result, run_dir=str(run_dir), label=spec.label, train_seconds=_train_seconds(run_dir))
+
+
+def _last_metrics(run_dir: Path) -> dict:
+    p = run_dir / "metrics.jsonl"
+    if not p.is_file():
+        return {}
+    lines = [x for x in p.read_text().splitlines() if x.strip()]
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _train_seconds(run_dir: Path) -> float:
+    p = run_dir / "metrics.jsonl"
+    if not p.is_file():
+        return 0.0
+    return sum(json.loads(x).get("seconds", 0.0) for x in p.read_text().splitlines() if x.strip())
+
+
+def ensure_runs(out: Path, specs: list[RunSpec], budget: Budget, data_root: str | None, *, jobs: int = 1,
+                device: str = "auto", inception_weights: str | None = None, lpips_weights: str | None = None) -> dict:
+    """All runs (deduplicated), in parallel when jobs > 1. Returns {spec: result}."""
+    unique = list(dict.fromkeys(specs))
+    kwargs = dict(device=device, inception_weights=inception_weights, lpips_weights=lpips_weights)
+    if jobs <= 1:
+        return {s: ensure_run(out, s, budget, data_root, **kwargs) for s in unique}
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {s: pool.submit(ensure_run, out, s, budget, data_root, threads=threads, **kwargs) for s in unique}
+        return {s: f.result() for s, f in futures.items()}

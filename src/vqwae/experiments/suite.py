@@ -1,0 +1,117 @@
+"""The paper's experiments as lists of runs, and the compute budgets they can be run at.
+
+Every experiment is a set of training runs (a ``TrainConfig`` each, identified by its full configuration)
+plus what is measured on them. Runs shared between experiments (the K = 512 VQ-WAE of the reconstruction
+table is also the "learned, lambda_r = 1, uniform" cell of the initialisation table) are trained once.
+
+VQ-WAE runs use the ``paper`` preset (the authors' configuration: exact OT per position, uniform learned
+pi, lambda = 1e-3, lambda_r = 1 with the code's mean reduction) at every budget, so the numbers are the
+method as published; only the amount of training and evaluation changes with the budget.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vqwae.training.config import PRESETS
+
+EXPERIMENTS = ("recon", "codebook-size", "pi-init", "lambda", "probe", "generation", "controllability", "tsne")
+MODELS = ("vqvae", "sqvae", "vqwae")
+PAPER_DATASETS = ("mnist", "cifar10", "svhn", "celeba")
+
+
+@dataclass(frozen=True)
+class Budget:
+    name: str
+    description: str
+    epochs: int
+    train_limit: int | None  # first N training images (None: all)
+    eval_limit: int | None  # first N validation and test images
+    max_steps: int | None = None
+    resolution: int | str = 256  # PSNR/SSIM/LPIPS resolution, as the authors (upsampled to 256)
+    fid: bool = True
+    lpips: bool = True
+    prior_epochs: int = 1
+    prior_hidden: int = 64
+    prior_max_steps: int | None = None
+    gen_samples: int = 1000
+    tsne_points: int = 2000
+    probe_limit: int | None = None  # training images for the probe (None: the training split used)
+
+
+BUDGETS = {
+    "smoke": Budget("smoke", "every experiment end to end on tiny subsets (a test, not a result): 64 training "
+                    "images, 2 steps, 16 evaluation images", epochs=1, train_limit=64, eval_limit=16, max_steps=2,
+                    resolution="native", prior_epochs=1, prior_hidden=16, prior_max_steps=2, gen_samples=16,
+                    tsne_points=16, fid=True, lpips=True),
+    "cpu": Budget("cpu", "fits 2 CPU cores: 5,000 training images x 3 epochs (471 steps of 32), 256 test images for "
+                  "every metric", epochs=3, train_limit=5000, eval_limit=256, prior_epochs=3, gen_samples=256,
+                  tsne_points=1000),
+    "full": Budget("full", "the paper's: full training sets, 100 epochs, whole test sets", epochs=100,
+                   train_limit=None, eval_limit=None, prior_epochs=50, gen_samples=10000, tsne_points=2000),
+}
+
+PI_MODES = {  # the initialisation table's rows: (learn_pi, kl_weight)
+    "fixed": dict(learn_pi=False, kl_weight=1.0),
+    "learned_kl0": dict(learn_pi=True, kl_weight=0.0),
+    "learned_kl1": dict(learn_pi=True, kl_weight=1.0),
+}
+PI_INITS = ("peaked", "gaussian", "uniform")
+CODEBOOK_SIZES = (64, 128, 256, 512)
+LAMBDAS = (1e-2, 1e-3, 1e-4)
+LAMBDA_RS = (1.0, 0.0)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: a label for tables and the TrainConfig fields that define it."""
+
+    dataset: str
+    model: str
+    settings: tuple = field(default_factory=tuple)  # sorted (name, value) pairs beyond the budget's
+
+    @property
+    def label(self) -> str:
+        extra = ",".join(f"{k}={v}" for k, v in self.settings)
+        return f"{self.dataset}/{self.model}" + (f"[{extra}]" if extra else "")
+
+    def config_values(self, budget: Budget, data_root: str | None) -> dict:
+        values = dict(model=self.model, dataset=self.dataset, data_root=_dataset_root(self.dataset, data_root),
+                      epochs=budget.epochs, train_limit=budget.train_limit, eval_limit=budget.eval_limit,
+                      max_steps=budget.max_steps, seed=0)
+        if self.model == "vqwae":
+            values.update({k: v for k, v in PRESETS["paper"].items() if k not in ("epochs",)}, preset="paper")
+            values["epochs"] = budget.epochs
+        values.update(dict(self.settings))
+        return values
+
+
+def spec(dataset: str, model: str, **settings) -> RunSpec:
+    return RunSpec(dataset, model, tuple(sorted(settings.items())))
+
+
+def _dataset_root(dataset: str, data_root: str | None) -> str | None:
+    """``--data-root`` names the folder holding every dataset (the loaders find e.g. ``cifar10-jpeg/`` in it);
+    the embedded digits need none."""
+    return None if dataset == "digits" else data_root
+
+
+def runs_for(experiment: str, dataset: str) -> list[RunSpec]:
+    """The runs an experiment needs on one dataset."""
+    if experiment in ("recon", "probe", "generation", "tsne"):
+        return [spec(dataset, m) for m in MODELS]
+    if experiment == "codebook-size":
+        return [spec(dataset, m, num_codes=k) if k != 512 else spec(dataset, m) for m in MODELS for k in CODEBOOK_SIZES]
+    if experiment in ("pi-init", "controllability"):
+        modes = PI_MODES if experiment == "pi-init" else {"fixed": PI_MODES["fixed"]}
+        out = []
+        for mode, kw in modes.items():
+            for init in PI_INITS:
+                if mode == "learned_kl1" and init == "uniform":
+                    out.append(spec(dataset, "vqwae"))  # the paper's default run
+                else:
+                    out.append(spec(dataset, "vqwae", pi_init=init, **kw))
+        return out
+    if experiment == "lambda":
+        return [spec(dataset, "vqwae") if (lr, lam) == (1.0, 1e-3) else spec(dataset, "vqwae", kl_weight=lr, ws_weight=lam)
+                for lr in LAMBDA_RS for lam in LAMBDAS]
+    raise ValueError(f"unknown experiment {experiment!r}; valid: {', '.join(EXPERIMENTS)}, all")
