@@ -141,3 +141,18 @@ def test_tsne_clusters_png_and_silhouette(tmp_path):
     mixed = silhouette_2d(res.embedding, np.random.default_rng(0).integers(0, 3, 120))
     assert mixed < 0.1
     assert np.isnan(silhouette_2d(res.embedding, np.zeros(120)))
+
+
+def test_tsne_survives_coincident_points(tmp_path):
+    """A collapsed codebook gives many identical latents; scikit-learn's Barnes-Hut t-SNE used to segfault on
+    them (the whole process died). 800 points in two exact duplicates: both the exact and BH paths."""
+    import numpy as np
+
+    from vqwae.downstream import tsne_plot
+
+    for n in (40, 800):
+        x = np.zeros((n, 64), dtype=np.float32)
+        x[n // 2:] = 1.0
+        y = np.r_[np.zeros(n // 2), np.ones(n - n // 2)].astype(int)
+        res = tsne_plot(x, y, out_png=tmp_path / f"dup{n}.png")
+        assert np.isfinite(res.embedding).all() and res.silhouette > 0.5

@@ -42,7 +42,7 @@ def eval_command(
                               inception_weights=inception_weights, lpips_weights=lpips_weights, fid=fid,
                               lpips=lpips, device=device, data_root=data_root)
         if generation:
-            result = _generation(run_dir, n_samples, inception_weights, device)
+            result = _generation(run_dir, n_samples, inception_weights, device, limit)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     typer.echo(f"\n{run_dir}  ({result.get('model')} on {result.get('dataset')}, {split} split, "
@@ -56,23 +56,22 @@ def eval_command(
     typer.echo(f"  seconds      {result.get('seconds', 0):.1f}\n  -> {run_dir / 'eval.json'}")
 
 
-def _generation(run_dir: Path, n: int, inception_weights, device) -> dict:
-    import json
-
+def _generation(run_dir: Path, n: int, inception_weights, device, limit) -> dict:
     from vqwae.metrics.fid import FIDStatsCache, load_inception
-    from vqwae.prior.generation import generation_fid
+    from vqwae.prior.generation import available_priors, generation_fid
     from vqwae.runs import update_eval
     from vqwae.training.distributed import resolve_device
 
-    prior_dir = run_dir / "prior"
-    if not prior_dir.is_dir():
-        raise FileNotFoundError(f"{prior_dir} not found: train a prior first with `vqwae prior train {run_dir}`")
+    priors = available_priors(run_dir)
+    if not priors:
+        raise FileNotFoundError(f"no prior in {run_dir}: train one first with `vqwae prior train {run_dir}` "
+                                "(add --conditional for class-conditional generation)")
     dev = resolve_device(device)
     inception, why = load_inception(inception_weights, device=dev)
     if inception is None:
-        return update_eval(run_dir, {"gfid_uncond": None, "gfid_skipped": why})
-    conditional = json.loads((prior_dir / "config.json").read_text()).get("num_classes") is not None
-    out = generation_fid(run_dir, n=n, conditional=False, inception=inception, stats_cache=FIDStatsCache(), device=dev)
-    if conditional:
-        out.update(generation_fid(run_dir, n=n, conditional=True, inception=inception, stats_cache=FIDStatsCache(), device=dev))
+        return update_eval(run_dir, {"gfid_uncond": None, "gfid_cond": None, "gfid_skipped": why})
+    out = {}
+    for kind, prior_dir in priors.items():  # the kinds that exist: "uncond" and/or "cond"
+        out.update(generation_fid(run_dir, n=n, conditional=kind == "cond", inception=inception,
+                                  stats_cache=FIDStatsCache(), device=dev, limit=limit, prior_dir=prior_dir))
     return update_eval(run_dir, out)

@@ -213,11 +213,7 @@ def probe_command(
     data_root: Optional[str] = Opt(None, help="Override the dataset location recorded in the run."),
 ) -> None:
     """Linear probe on the frozen quantized latents (and the continuous encoder output): test accuracy."""
-    from torch.utils.data import DataLoader
-
-    from vqwae.data import load_splits
-    from vqwae.downstream import probe_autoencoder
-    from vqwae.runs import load_run_model, read_train_config, update_eval
+    from vqwae.runs.studies import probe_run
 
     t0 = time.perf_counter()
     _check_run(run_dir)
@@ -226,28 +222,13 @@ def probe_command(
     _positive("--threads", threads)
     dev = _device(device)
     try:
-        cfg = read_train_config(run_dir)
-        splits = load_splits(cfg.dataset, data_root or cfg.data_root, train_limit=limit, eval_limit=limit,
-                             download=cfg.download, image_size=cfg.image_size, seed=cfg.seed)
-        if not splits.info.num_classes:
-            fail(f"dataset {cfg.dataset!r} has no class labels: nothing to probe")
-        if len(splits.train) == 0 or len(splits.test) == 0:
-            fail("the train or test split is empty")
-        model = load_run_model(run_dir, dev)
         with _threads(dev, threads):
-            res = probe_autoencoder(model, DataLoader(splits.train, batch_size=batch_size),
-                                    DataLoader(splits.test, batch_size=batch_size), dev,
-                                    num_classes=splits.info.num_classes)
+            merged, res = probe_run(run_dir, limit=limit, device=dev, batch_size=batch_size, data_root=data_root)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     q, c = res["quantized"], res["continuous"]
-    update_eval(run_dir, {
-        "probe_accuracy": q.test_accuracy, "probe_accuracy_continuous": c.test_accuracy,
-        "probe_train_accuracy": q.train_accuracy, "probe_train_accuracy_continuous": c.train_accuracy,
-        "probe_num_train": len(splits.train), "probe_num_test": len(splits.test),
-    })
-    typer.echo(f"linear probe, {cfg.dataset}: {len(splits.train)} train / {len(splits.test)} test images, "
-               f"{splits.info.num_classes} classes")
+    typer.echo(f"linear probe, {merged.get('dataset', '')}: {merged['probe_num_train']} train / "
+               f"{merged['probe_num_test']} test images")
     typer.echo(f"  {'features':<12} {'dim':>6} {'train acc':>10} {'test acc':>10}")
     for name, r in (("quantized", q), ("continuous", c)):
         typer.echo(f"  {name:<12} {r.num_features:>6} {r.train_accuracy:>10.4f} {r.test_accuracy:>10.4f}")
@@ -268,11 +249,7 @@ def tsne_command(
     data_root: Optional[str] = Opt(None, help="Override the dataset location recorded in the run."),
 ) -> None:
     """t-SNE of the flattened quantized latents of test images, coloured by class; silhouette -> eval.json."""
-    from torch.utils.data import DataLoader
-
-    from vqwae.downstream import extract_features, tsne_plot
-    from vqwae.prior.generation import load_run_split
-    from vqwae.runs import load_run_model, update_eval
+    from vqwae.runs.studies import tsne_run
 
     t0 = time.perf_counter()
     _check_run(run_dir)
@@ -283,24 +260,12 @@ def tsne_command(
     _positive("--threads", threads)
     dev = _device(device)
     try:
-        cfg, _, test, info = load_run_split(run_dir, "test", limit=n, data_root=data_root)
-        if not info.num_classes:
-            fail(f"dataset {cfg.dataset!r} has no class labels to colour by")
-        if len(test) < 3:
-            fail(f"the test split has only {len(test)} images; t-SNE needs at least 3")
-        model = load_run_model(run_dir, dev)
-        png = out if out is not None else run_dir / "tsne.png"
         with _threads(dev, threads) as _, _sklearn_threads(threads):
-            feats, labels = extract_features(model, DataLoader(test, batch_size=batch_size), dev, kinds=("quantized",))
-            res = tsne_plot(feats["quantized"], labels, out_png=png, perplexity=perplexity, seed=seed,
-                            title=f"{run_dir.name} ({cfg.model}, {cfg.dataset}): quantized latents, "
-                                  f"{len(test)} test images",
-                            class_names=getattr(test, "classes", None))
+            merged = tsne_run(run_dir, n=n, out_png=out, device=dev, batch_size=batch_size, perplexity=perplexity,
+                              seed=seed, data_root=data_root)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
-    sil = None if math.isnan(res.silhouette) else res.silhouette
-    update_eval(run_dir, {"tsne_silhouette": sil, "tsne_n": len(test), "tsne_perplexity": perplexity})
-    if len(test) < n:
-        typer.echo(f"note: the test split has only {len(test)} images (asked for {n})")
-    typer.echo(f"t-SNE of {len(test)} test images: silhouette {res.silhouette:.4f} -> {res.png_path}")
+    if merged["tsne_points"] < n:
+        typer.echo(f"note: the test split has only {merged['tsne_points']} images (asked for {n})")
+    typer.echo(f"t-SNE of {merged['tsne_points']} test images: silhouette {merged['tsne_silhouette']} -> {merged['tsne_png']}")
     _wall(t0)

@@ -60,8 +60,15 @@ def tsne_embed(features, *, perplexity: float = 30.0, pca_dim: int | None = 50, 
         raise ValueError(f"t-SNE needs at least 3 points, got {n}")
     if pca_dim is not None and x.shape[1] > pca_dim and n > pca_dim:
         x = PCA(n_components=pca_dim, random_state=seed).fit_transform(x)
+    # scikit-learn's Barnes-Hut tree crashes the process (segfault) on coincident points, which a collapsed
+    # codebook produces (many images with identical quantized latents). Separate exact duplicates by a
+    # deterministic jitter far below the data's scale, and use the exact method on small sets.
+    if len(np.unique(x, axis=0)) < n:
+        scale = float(x.std()) or 1.0
+        x = x + np.random.default_rng(seed).normal(0.0, 1e-4 * scale, size=x.shape).astype(np.float32)
     perplexity = float(min(perplexity, max((n - 1) / 3.0, 1.0)))
-    kwargs = dict(n_components=2, perplexity=perplexity, init="pca", learning_rate="auto", random_state=seed)
+    kwargs = dict(n_components=2, perplexity=perplexity, init="pca", learning_rate="auto", random_state=seed,
+                  method="exact" if n <= 500 else "barnes_hut")
     # scikit-learn renamed n_iter to max_iter in 1.5
     params = inspect.signature(TSNE.__init__).parameters
     kwargs["max_iter" if "max_iter" in params else "n_iter"] = max_iter

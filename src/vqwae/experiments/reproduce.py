@@ -39,7 +39,8 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     t0 = time.perf_counter()
     available, not_run = _available(datasets, data_root)
     specs = [s for e in experiments for d in available for s in runs_for(e, d)]
-    results = ensure_runs(out, specs, b, data_root, jobs=jobs, device=device,
+    fid_specs = {s for d in available for s in runs_for("recon", d)}
+    results = ensure_runs(out, specs, b, data_root, jobs=jobs, device=device, fid_specs=fid_specs,
                           inception_weights=inception_weights, lpips_weights=lpips_weights)
     sections = []
     for e in experiments:
@@ -260,7 +261,7 @@ def probe(datasets, results, b: Budget, out: Path, device="auto", **_) -> Sectio
             s = spec(d, m)
             r = results[s]
             if r.get("probe_budget") != b.name:
-                r.update(probe_run(r["run_dir"], limit=b.train_limit, device=resolve_device(device)))
+                r.update(probe_run(r["run_dir"], limit=b.train_limit, device=resolve_device(device))[0])
                 from vqwae.runs import update_eval
 
                 update_eval(r["run_dir"], {"probe_budget": b.name})
@@ -289,7 +290,7 @@ def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section
                 from vqwae.runs import update_eval
 
                 update_eval(r["run_dir"], {"tsne_budget": b.name})
-            sil[m] = r["tsne_silhouette"]
+            sil[m] = r.get("tsne_silhouette")
             rows.append([d, NAMES[m], fmt(sil[m])])
             figures.append(png)
         claims.append(_claim_best(f"{d}: VQ-WAE's classes are the best separated in t-SNE (highest silhouette)", sil,

@@ -25,8 +25,8 @@ def run_dir_for(out: Path, spec: RunSpec, values: dict) -> Path:
     return Path(out) / "runs" / spec.dataset / f"{spec.model}-{digest}"
 
 
-def eval_signature(budget: Budget) -> dict:
-    return dict(split="test", limit=budget.eval_limit, resolution=budget.resolution, fid=budget.fid, lpips=budget.lpips)
+def eval_signature(budget: Budget, fid: bool) -> dict:
+    return dict(split="test", limit=budget.eval_limit, resolution=budget.resolution, fid=fid, lpips=budget.lpips)
 
 
 def _finished_epochs(run_dir: Path) -> int:
@@ -38,7 +38,8 @@ def _finished_epochs(run_dir: Path) -> int:
 
 
 def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, device: str = "auto",
-               threads: int | None = None, inception_weights: str | None = None, lpips_weights: str | None = None) -> dict:
+               threads: int | None = None, inception_weights: str | None = None, lpips_weights: str | None = None,
+               fid: bool = True) -> dict:
     """Train (or resume, or skip) and evaluate one run; returns its eval.json plus run_dir and label."""
     from vqwae.runs.evaluation import evaluate_run
     from vqwae.training import train
@@ -55,14 +56,15 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
         print(f"[reproduce] training {spec.label} -> {run_dir}", flush=True)
         train(cfg, resume=(run_dir / "state.pt").exists(), progress=False)
     result = read_eval(run_dir)
-    if result.get("eval_signature") != eval_signature(budget):
+    fid = fid and budget.fid
+    if result.get("eval_signature") != eval_signature(budget, fid):
         print(f"[reproduce] evaluating {spec.label}", flush=True)
         result = evaluate_run(run_dir, split="test", limit=budget.eval_limit, resolution=budget.resolution,
-                              fid=budget.fid, lpips=budget.lpips, device=device, progress=False,
+                              fid=fid, lpips=budget.lpips, device=device, progress=False, pictures=budget.pictures,
                               inception_weights=inception_weights, lpips_weights=lpips_weights)
         from vqwae.runs import update_eval
 
-        result = update_eval(run_dir, {"eval_signature": eval_signature(budget)})
+        result = update_eval(run_dir, {"eval_signature": eval_signature(budget, fid)})
     return dict(result, run_dir=str(run_dir), label=spec.label, train_seconds=_train_seconds(run_dir))
 
 
@@ -82,13 +84,20 @@ def _train_seconds(run_dir: Path) -> float:
 
 
 def ensure_runs(out: Path, specs: list[RunSpec], budget: Budget, data_root: str | None, *, jobs: int = 1,
-                device: str = "auto", inception_weights: str | None = None, lpips_weights: str | None = None) -> dict:
-    """All runs (deduplicated), in parallel when jobs > 1. Returns {spec: result}."""
+                device: str = "auto", inception_weights: str | None = None, lpips_weights: str | None = None,
+                fid_specs: set | None = None) -> dict:
+    """All runs (deduplicated), in parallel when jobs > 1. Returns {spec: result}. rFID is computed for the
+    runs in ``fid_specs`` (all when None or when the budget says fid_everywhere)."""
     unique = list(dict.fromkeys(specs))
     kwargs = dict(device=device, inception_weights=inception_weights, lpips_weights=lpips_weights)
+
+    def fid_for(s):
+        return budget.fid_everywhere or fid_specs is None or s in fid_specs
+
     if jobs <= 1:
-        return {s: ensure_run(out, s, budget, data_root, **kwargs) for s in unique}
+        return {s: ensure_run(out, s, budget, data_root, fid=fid_for(s), **kwargs) for s in unique}
     threads = max(1, (os.cpu_count() or 1) // jobs)
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {s: pool.submit(ensure_run, out, s, budget, data_root, threads=threads, **kwargs) for s in unique}
+        futures = {s: pool.submit(ensure_run, out, s, budget, data_root, threads=threads, fid=fid_for(s), **kwargs)
+                   for s in unique}
         return {s: f.result() for s, f in futures.items()}

@@ -36,13 +36,16 @@ class Budget:
     gen_samples: int = 1000
     tsne_points: int = 2000
     probe_limit: int | None = None  # training images for the probe (None: the training split used)
+    fid_everywhere: bool = True  # False: rFID only for the runs of the reconstruction table (smoke: speed)
+    pictures: bool = True  # per-run reconstruction grid, usage histogram and curves (the report's own figures always)
 
 
 BUDGETS = {
     "smoke": Budget("smoke", "every experiment end to end on tiny subsets (a test, not a result): 64 training "
-                    "images, 2 steps, 16 evaluation images", epochs=1, train_limit=64, eval_limit=16, max_steps=2,
+                    "images, 2 steps, 8 evaluation images, rFID only for the reconstruction table", epochs=1,
+                    train_limit=64, eval_limit=8, max_steps=2, fid_everywhere=False, pictures=False,
                     resolution="native", prior_epochs=1, prior_hidden=16, prior_max_steps=2, gen_samples=16,
-                    tsne_points=16, fid=True, lpips=True),
+                    tsne_points=8, fid=True, lpips=True),
     "cpu": Budget("cpu", "fits 2 CPU cores: 5,000 training images x 3 epochs (471 steps of 32), 256 test images for "
                   "every metric", epochs=3, train_limit=5000, eval_limit=256, prior_epochs=3, gen_samples=256,
                   tsne_points=1000),

@@ -169,7 +169,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
 
     # ---- the loop ------------------------------------------------------------------------------------
     last: dict = {}
-    epoch = start_epoch
+    completed = start_epoch
     for epoch in range(start_epoch, cfg.epochs):
         if cfg.max_steps is not None and step >= cfg.max_steps:
             break
@@ -226,6 +226,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
             metrics["partial_epoch"] = True
         scheduler.step(metrics["val/mse"])
         last = metrics
+        completed = epoch + 1
         if main:
             if metrics["val/mse"] < best:
                 best = metrics["val/mse"]
@@ -241,7 +242,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
         else:
             best = min(best, metrics["val/mse"])
     distributed.teardown() if dist_info.enabled else None
-    return TrainResult(run_dir, epoch + 1 if last else start_epoch, step, best, last)
+    return TrainResult(run_dir, completed, step, best, last)
 
 
 def _truncate_metrics(path: Path, epochs_done: int) -> None:

@@ -1,0 +1,439 @@
+"""Stage two on a run folder: fit the PixelCNN prior to a run's codes, sample images, generation FID.
+
+Layout (inside a run folder made by ``vqwae train``)::
+
+    RUN_DIR/prior/                    the prior written by ``vqwae prior train RUN_DIR`` (with or without
+        config.json                   --conditional: ``num_classes`` is null for an unconditional prior)
+        model.safetensors             best weights by validation NLL
+        metrics.jsonl                 one line per epoch: train_bpc, val_bpc (bits per code), seconds
+        train_summary.json            best epoch / NLL, plus ``conditional``, the autoencoder's weights
+                                      fingerprint and the data the codes came from
+        codes_train.pt, codes_val.pt  cached code grids, keyed by the autoencoder weights' fingerprint
+    RUN_DIR/prior_cond/, RUN_DIR/prior_uncond/
+                                      where ``--out`` may put a second prior so that an unconditional and
+                                      a class-conditional one coexist; :func:`find_prior` looks there too.
+
+Generation FID (:func:`generation_fid`) compares N decoded samples with the images of the test split, with
+the same Inception pipeline and the same real-statistics cache key as the reconstruction FID of
+:func:`vqwae.runs.evaluation.evaluate_run` (dataset, split, limit, data root, :func:`dataset_fingerprint`),
+so ``vqwae eval`` and the gFID share the real statistics when split and limit agree.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from vqwae.prior.pixelcnn import CONFIG_NAME, WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
+from vqwae.prior.sampling import sample as sample_codes
+from vqwae.prior.train import SUMMARY_NAME, PriorTrainResult, cached_codes, train_prior, weights_fingerprint
+
+__all__ = [
+    "PRIOR_DIR",
+    "ALT_PRIOR_DIRS",
+    "available_priors",
+    "find_prior",
+    "prior_is_conditional",
+    "load_prior",
+    "train_run_prior",
+    "generate",
+    "load_run_split",
+    "real_stats_key",
+    "fid_against_statistics",
+    "generation_fid",
+]
+
+PRIOR_DIR = "prior"
+#: Conventional second folders, so both kinds of prior can live in one run: {conditional: folder name}.
+ALT_PRIOR_DIRS = {True: "prior_cond", False: "prior_uncond"}
+AUTOENCODER_WEIGHTS = "model.safetensors"
+
+
+def _kind(conditional: bool) -> str:
+    return "class-conditional" if conditional else "unconditional"
+
+
+# ---- locating a trained prior ----------------------------------------------------------------------
+def prior_is_conditional(prior_dir: str | os.PathLike) -> bool:
+    """Whether the prior in ``prior_dir`` is class-conditional (its config has ``num_classes``)."""
+    p = Path(prior_dir) / CONFIG_NAME
+    if not p.is_file() or not (Path(prior_dir) / WEIGHTS_NAME).is_file():
+        raise FileNotFoundError(f"no trained prior in {prior_dir} (need {CONFIG_NAME} and {WEIGHTS_NAME})")
+    return json.loads(p.read_text()).get("num_classes") is not None
+
+
+def _is_prior(d: Path) -> bool:
+    return (d / CONFIG_NAME).is_file() and (d / WEIGHTS_NAME).is_file()
+
+
+def available_priors(run_dir: str | os.PathLike) -> dict[str, Path]:
+    """The trained priors of a run: ``{"uncond": folder, "cond": folder}`` (a kind is absent when there is
+    none). ``RUN_DIR/prior`` is preferred over ``RUN_DIR/prior_cond`` / ``RUN_DIR/prior_uncond``."""
+    run_dir = Path(run_dir)
+    found: dict[str, Path] = {}
+    for d in (run_dir / PRIOR_DIR, run_dir / ALT_PRIOR_DIRS[False], run_dir / ALT_PRIOR_DIRS[True]):
+        if _is_prior(d):
+            found.setdefault("cond" if prior_is_conditional(d) else "uncond", d)
+    return found
+
+
+def find_prior(run_dir: str | os.PathLike, conditional: bool | None = None,
+               prior_dir: str | os.PathLike | None = None) -> Path:
+    """The folder of a trained prior of ``run_dir``.
+
+    conditional: True / False for a class-conditional / unconditional prior, None for either (RUN_DIR/prior
+        first). prior_dir: an explicit folder (checked to be of the requested kind).
+    Raises FileNotFoundError when there is no prior (the message says how to train one), ValueError when
+    the explicit folder holds the other kind."""
+    run_dir = Path(run_dir)
+    if prior_dir is not None:
+        d = Path(prior_dir)
+        is_cond = prior_is_conditional(d)  # FileNotFoundError when empty
+        if conditional is not None and is_cond != conditional:
+            raise ValueError(f"{d} holds an {_kind(is_cond)} prior, but an {_kind(conditional)} one is needed"
+                             + (" (train one with `vqwae prior train RUN_DIR --conditional`)" if conditional else ""))
+        return d
+    found = available_priors(run_dir)
+    if conditional is None:
+        if _is_prior(run_dir / PRIOR_DIR):
+            return run_dir / PRIOR_DIR
+        if found:
+            return next(iter(found.values()))
+        raise FileNotFoundError(f"no prior trained for {run_dir} yet: run `vqwae prior train {run_dir}` first")
+    key = "cond" if conditional else "uncond"
+    if key in found:
+        return found[key]
+    flag = " --conditional" if conditional else ""
+    extra = ""
+    if found:
+        extra = (f" (it has only an {_kind(not conditional)} prior in {next(iter(found.values()))}; "
+                 f"keep both with `vqwae prior train {run_dir}{flag} --out {run_dir / ALT_PRIOR_DIRS[conditional]}`)")
+    raise FileNotFoundError(f"no {_kind(conditional)} prior trained for {run_dir}: run "
+                            f"`vqwae prior train {run_dir}{flag}` first{extra}")
+
+
+def _read_summary(prior_dir: Path) -> dict:
+    p = prior_dir / SUMMARY_NAME
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def load_prior(run_dir: str | os.PathLike, prior_dir: str | os.PathLike, device="cpu",
+               *, check_fingerprint: bool = True) -> tuple[GatedPixelCNN, dict]:
+    """The prior in ``prior_dir`` (eval mode, on ``device``) and its train_summary.json.
+
+    With ``check_fingerprint`` a prior trained on other autoencoder weights than RUN_DIR's current ones
+    (the run was retrained since) is refused with a ValueError."""
+    prior_dir = Path(prior_dir)
+    summary = _read_summary(prior_dir)
+    fp = summary.get("autoencoder_fingerprint")
+    if check_fingerprint and fp is not None:
+        current = weights_fingerprint(Path(run_dir) / AUTOENCODER_WEIGHTS)
+        if fp != current:
+            raise ValueError(f"the prior in {prior_dir} was trained on other weights than {run_dir}'s current "
+                             f"model (retrained since?); train it again with `vqwae prior train {run_dir}`")
+    return GatedPixelCNN.from_pretrained(prior_dir, map_location=device), summary
+
+
+# ---- data --------------------------------------------------------------------------------------------
+def load_run_split(run_dir: str | os.PathLike, split: str, *, limit: int | None = None,
+                   data_root: str | None = None):
+    """(TrainConfig, root, dataset, DatasetInfo) of one split of a run's dataset, loaded as
+    :func:`vqwae.runs.evaluation.evaluate_run` loads it: the first ``limit`` images (None: all) of "val" or
+    "test" (or "train"), the run's image size and seed, ``data_root`` overriding the recorded location."""
+    from vqwae.data import load_splits
+    from vqwae.runs import read_train_config
+
+    cfg = read_train_config(run_dir)
+    root = data_root or cfg.data_root
+    if split == "train":
+        splits = load_splits(cfg.dataset, root, train_limit=limit, eval_limit=1, download=cfg.download,
+                             image_size=cfg.image_size, seed=cfg.seed)
+        return cfg, root, splits.train, splits.info
+    if split not in ("val", "test"):
+        raise ValueError(f"unknown split {split!r}; valid: 'train', 'val', 'test'")
+    splits = load_splits(cfg.dataset, root, eval_limit=limit, train_limit=1, download=cfg.download,
+                         image_size=cfg.image_size, seed=cfg.seed)
+    return cfg, root, (splits.test if split == "test" else splits.val), splits.info
+
+
+def _labels_of(dataset) -> torch.Tensor:
+    labels = getattr(dataset, "labels", None)
+    if isinstance(labels, torch.Tensor) and labels.shape[0] == len(dataset):
+        return labels.long().clone()
+    return torch.as_tensor([int(dataset[i][1]) for i in range(len(dataset))], dtype=torch.long)
+
+
+def real_stats_key(cfg, split: str, limit: int | None, dataset, root):
+    """The FID real-statistics key of a run's split: the same key as the reconstruction FID of
+    :func:`vqwae.runs.evaluation.evaluate_run`, so both FIDs share one cache entry."""
+    from vqwae.metrics.fid import StatsKey, dataset_fingerprint
+
+    return StatsKey(dataset=cfg.dataset, split=split, limit=limit, data_root=str(root or "."),
+                    fingerprint=dataset_fingerprint(dataset, limit))
+
+
+# ---- training ----------------------------------------------------------------------------------------
+def _resolve_limit(override: int | None, recorded: int | None) -> int | None:
+    if override is None:
+        return recorded
+    return None if override < 0 else override
+
+
+def train_run_prior(
+    run_dir: str | os.PathLike,
+    *,
+    conditional: bool = False,
+    epochs: int = 20,
+    batch_size: int = 128,
+    lr: float = 3e-4,
+    hidden_channels: int = 64,
+    num_layers: int = 15,
+    max_steps: int | None = None,
+    device: str | torch.device = "cpu",
+    train_limit: int | None = None,
+    eval_limit: int | None = None,
+    out_dir: str | os.PathLike | None = None,
+    data_root: str | None = None,
+    seed: int = 0,
+    progress: bool = False,
+    refresh_codes: bool = False,
+) -> tuple[PriorTrainResult, dict]:
+    """Fit the gated PixelCNN to the code grids of a run's training split (best epoch by validation NLL).
+
+    The data are the run's own (dataset, data root, image size, seed and train / eval limits);
+    ``train_limit`` / ``eval_limit`` override the recorded limits (a negative value: the whole split).
+    Code grids are extracted once with the frozen autoencoder and cached under RUN_DIR/prior keyed by the
+    weights' fingerprint. Writes ``out_dir`` (default RUN_DIR/prior): config.json, model.safetensors,
+    metrics.jsonl (bits per code) and train_summary.json, which also records ``conditional``,
+    ``num_classes``, ``autoencoder_fingerprint``, the dataset and limits, and ``seconds``.
+    Returns (PriorTrainResult, summary dict). Raises ValueError for --conditional on unlabelled data.
+    """
+    from vqwae.data import load_splits
+    from vqwae.runs import load_run_model, read_train_config
+
+    t0 = time.perf_counter()
+    run_dir = Path(run_dir)
+    cfg = read_train_config(run_dir)
+    device = torch.device(device)
+    t_lim, e_lim = _resolve_limit(train_limit, cfg.train_limit), _resolve_limit(eval_limit, cfg.eval_limit)
+    root = data_root or cfg.data_root
+    splits = load_splits(cfg.dataset, root, train_limit=t_lim, eval_limit=e_lim, download=cfg.download,
+                         image_size=cfg.image_size, seed=cfg.seed)
+    num_classes = splits.info.num_classes
+    if conditional and not num_classes:
+        raise ValueError(f"--conditional needs class labels, but dataset {cfg.dataset!r} has none")
+    if len(splits.train) == 0:
+        raise ValueError("the training split is empty (check --train-limit)")
+    model = load_run_model(run_dir, device)
+    fingerprint = weights_fingerprint(run_dir / AUTOENCODER_WEIGHTS)
+    cache_dir = run_dir / PRIOR_DIR
+    codes_tr, labels_tr = cached_codes(model, DataLoader(splits.train, batch_size=256), split="train",
+                                       cache_dir=cache_dir, fingerprint=fingerprint, device=device,
+                                       refresh=refresh_codes)
+    codes_va = labels_va = None
+    if len(splits.val) > 0:
+        codes_va, labels_va = cached_codes(model, DataLoader(splits.val, batch_size=256), split="val",
+                                           cache_dir=cache_dir, fingerprint=fingerprint, device=device,
+                                           refresh=refresh_codes)
+    num_codes = int(model.quantizer.num_codes)
+    del model
+    config = PixelCNNConfig(num_codes=num_codes, num_classes=num_classes if conditional else None,
+                            hidden_channels=hidden_channels, num_layers=num_layers)
+    out_dir = Path(out_dir) if out_dir is not None else cache_dir
+    result = train_prior(codes_tr, codes_va, labels_train=labels_tr if conditional else None,
+                         labels_val=labels_va if conditional else None, config=config, epochs=epochs,
+                         batch_size=batch_size, lr=lr, out_dir=out_dir, seed=seed, device=device,
+                         max_steps=max_steps, progress=progress)
+    summary = _read_summary(out_dir)
+    summary.update(conditional=conditional, num_classes=config.num_classes, autoencoder_fingerprint=fingerprint,
+                   run_dir=str(run_dir.resolve()), dataset=cfg.dataset, train_limit=t_lim, eval_limit=e_lim,
+                   image_size=splits.info.image_size, hidden_channels=hidden_channels, num_layers=num_layers,
+                   seconds=time.perf_counter() - t0)
+    (out_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2) + "\n")
+    return result, summary
+
+
+# ---- sampling ----------------------------------------------------------------------------------------
+@torch.no_grad()
+def generate(
+    run_dir: str | os.PathLike,
+    n: int,
+    *,
+    labels: torch.Tensor | int | None = None,
+    conditional: bool | None = None,
+    prior_dir: str | os.PathLike | None = None,
+    temperature: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 256,
+    device: str | torch.device = "cpu",
+    progress: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, Path]:
+    """Sample ``n`` code grids from a run's prior and decode them with the run's frozen autoencoder.
+
+    labels: for a class-conditional prior, one class for all samples or (n,) classes; None cycles through
+        the classes (0, 1, ..., C-1, 0, ...). Must be None for an unconditional prior.
+    conditional: which kind of prior to use when ``prior_dir`` is None (None: RUN_DIR/prior whatever its
+        kind; True when ``labels`` are given).
+    Returns (images (n, C, S, S) float32 in [0, 1] on the CPU, labels (n,) or None, the prior's folder).
+    Draws are reproducible for a fixed (seed, batch_size, device)."""
+    from vqwae.runs import load_run_model
+
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    run_dir = Path(run_dir)
+    device = torch.device(device)
+    if conditional is None and labels is not None:
+        conditional = True
+    pdir = find_prior(run_dir, conditional, prior_dir)
+    prior, summary = load_prior(run_dir, pdir, device)
+    C = prior.config.num_classes
+    if C is None:
+        if labels is not None:
+            raise ValueError(f"the prior in {pdir} is unconditional: it takes no class")
+        lab = None
+    else:
+        if labels is None:
+            lab = torch.arange(n) % C
+        else:
+            lab = torch.as_tensor(labels).long().reshape(-1)
+            lab = lab.expand(n).clone() if lab.numel() == 1 else lab
+        if lab.numel() != n:
+            raise ValueError(f"expected 1 or {n} labels, got {lab.numel()}")
+        if int(lab.min()) < 0 or int(lab.max()) >= C:
+            raise ValueError(f"class {int(lab.max()) if int(lab.max()) >= C else int(lab.min())} is out of range: "
+                             f"the prior has {C} classes (0..{C - 1})")
+    model = load_run_model(run_dir, device)
+    grid = summary.get("grid")
+    if grid is None:
+        raise ValueError(f"{pdir / SUMMARY_NAME} lacks the latent grid size: train the prior again")
+    gen = torch.Generator(device=device).manual_seed(int(seed))
+    codes = sample_codes(prior, n, tuple(grid), labels=lab, temperature=temperature, batch_size=batch_size,
+                         progress=progress, generator=gen)
+    images = []
+    for s in range(0, n, batch_size):
+        images.append(model.decode_indices(codes[s:s + batch_size].to(device)).float().clamp(0, 1).cpu())
+    return torch.cat(images), lab, pdir
+
+
+# ---- generation FID ----------------------------------------------------------------------------------
+def fid_against_statistics(mu, sigma, features) -> float:
+    """FID between Gaussian statistics (mu (D,), sigma (D, D)) and a set of (n, D) features.
+
+    With n >= D this is :func:`vqwae.metrics.fid.frechet_distance` of the features' statistics. With fewer
+    samples than dimensions (1,000 generated images, 2,048 Inception features) the features' covariance
+    S2 = A^T A / (n - 1) (A: centred features) has rank < n and the non-zero eigenvalues of sigma S2 are
+    those of the n x n PSD matrix A sigma A^T / (n - 1), so tr (sigma S2)^(1/2) is the sum of the square
+    roots of its eigenvalues: the same quantity, exact, without a 2048 x 2048 matrix square root."""
+    import numpy as np
+
+    from vqwae.metrics.fid import feature_statistics, frechet_distance
+
+    f = features.detach().cpu().double().numpy() if isinstance(features, torch.Tensor) else np.asarray(features, np.float64)
+    mu, sigma = np.asarray(mu, np.float64), np.asarray(sigma, np.float64)
+    if f.ndim != 2 or f.shape[0] < 2 or f.shape[1] != mu.shape[0] or sigma.shape != (mu.shape[0],) * 2:
+        raise ValueError(f"features {f.shape} do not match statistics mu {mu.shape}, sigma {sigma.shape}")
+    n, d = f.shape
+    if n >= d:
+        return frechet_distance(mu, sigma, *feature_statistics(f))
+    mu2 = f.mean(axis=0)
+    a = f - mu2
+    m = a @ sigma @ a.T / (n - 1)
+    eig = np.linalg.eigvalsh((m + m.T) / 2.0).clip(min=0.0)
+    diff = mu - mu2
+    return float(diff @ diff + np.trace(sigma) + float((a * a).sum()) / (n - 1) - 2.0 * np.sqrt(eig).sum())
+
+
+def generation_fid(
+    run_dir: str | os.PathLike,
+    *,
+    n: int = 1000,
+    conditional: bool,
+    inception,
+    stats_cache=None,
+    device: str | torch.device = "cpu",
+    batch_size: int = 256,
+    temperature: float = 1.0,
+    seed: int = 0,
+    limit: int | None = None,
+    data_root: str | None = None,
+    prior_dir: str | os.PathLike | None = None,
+    progress: bool = False,
+) -> dict:
+    """Generation FID of a run: FID between ``n`` images sampled from its prior and the test split.
+
+    Args:
+        run_dir: a run folder with a trained prior (``vqwae prior train RUN_DIR [--conditional]``).
+        n: number of generated images (the paper: the size of the test set; 1000 is a quick estimate,
+            biased upwards compared with larger n).
+        conditional: False: the unconditional prior; True: the class-conditional prior, with class labels
+            drawn (seeded) from the empirical label distribution of the test split.
+        inception: a :class:`vqwae.metrics.fid.InceptionFeatures` (from ``load_inception``), already on
+            the device it should run on.
+        stats_cache: a :class:`vqwae.metrics.fid.FIDStatsCache` for the real-image statistics (None: the
+            default cache ``~/.cache/vqwae/fid``). The key is the one ``vqwae eval`` uses for rFID
+            (:func:`real_stats_key`), so both share the test split's statistics.
+        device: where the prior and the decoder run.
+        batch_size: grids sampled in parallel.
+        temperature: sampling temperature (1.0: the model's distribution, as in the paper).
+        seed: seeds the sampling and the drawn labels.
+        limit: the first ``limit`` test images are the real set (None: the whole test split, as rFID).
+        data_root: overrides the dataset location recorded in the run.
+        prior_dir: an explicit prior folder (default: :func:`find_prior` for the requested kind).
+        progress: show the sampling progress bar.
+
+    Returns a dict for eval.json, with K = ``gfid_cond`` or ``gfid_uncond``: ``K`` (the FID), ``K_n``
+    (generated images), ``K_seconds`` (wall time) and ``K_info`` (real images, whether the real statistics
+    came from the cache, temperature, seed, prior folder and its validation bits per code).
+    Raises FileNotFoundError (no prior of that kind, missing run) and ValueError (bad arguments).
+    """
+    from vqwae.metrics.fid import FIDStatsCache, feature_statistics
+
+    t0 = time.perf_counter()
+    if n < 2:
+        raise ValueError(f"generation FID needs n >= 2 generated images, got {n}")
+    if inception is None:
+        raise ValueError("generation FID needs an Inception network (vqwae.metrics.fid.load_inception)")
+    name = "gfid_cond" if conditional else "gfid_uncond"
+    run_dir = Path(run_dir)
+    pdir = find_prior(run_dir, conditional, prior_dir)  # fail early, before loading data
+    cfg, root, test, _ = load_run_split(run_dir, "test", limit=limit, data_root=data_root)
+    if len(test) < 2:
+        raise ValueError(f"the test split has {len(test)} images; FID needs at least 2")
+
+    labels = None
+    if conditional:
+        test_labels = _labels_of(test)
+        g = torch.Generator().manual_seed(int(seed) + 1)
+        labels = test_labels[torch.randint(len(test_labels), (n,), generator=g)]
+    images, labels, pdir = generate(run_dir, n, labels=labels, conditional=conditional, prior_dir=pdir,
+                                    temperature=temperature, seed=seed, batch_size=batch_size, device=device,
+                                    progress=progress)
+    fake = inception(images)
+
+    cache = stats_cache if stats_cache is not None else FIDStatsCache()
+    key = real_stats_key(cfg, "test", limit, test, root)
+    hit = cache.load_with_count(key, inception.identity)
+    if hit is not None and (hit[2] is None or hit[2] == len(test)):
+        mu_r, sigma_r = hit[0], hit[1]
+        real_source = "cache"
+    else:
+        feats = [inception(x) for x, _ in DataLoader(test, batch_size=250, shuffle=False)]
+        mu_r, sigma_r = feature_statistics(torch.cat(feats))
+        cache.save(key, inception.identity, mu_r, sigma_r, num_images=len(test))
+        real_source = "computed"
+    fid = fid_against_statistics(mu_r, sigma_r, fake)
+    summary = _read_summary(pdir)
+    info = {"real_images": len(test), "real_split": "test", "real_stats": real_source, "temperature": temperature,
+            "seed": seed, "prior": str(pdir), "prior_val_bpc": summary.get("best_val_bpc"),
+            "inception": inception.identity}
+    if labels is not None:
+        info["label_counts"] = torch.bincount(labels, minlength=int(labels.max()) + 1).tolist()
+    return {name: float(fid), f"{name}_n": n, f"{name}_seconds": time.perf_counter() - t0, f"{name}_info": info}
