@@ -186,8 +186,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
             loss = recon + out.loss
             if not torch.isfinite(loss):
                 raise TrainingDiverged(
-                    f"non-finite loss at epoch {epoch + 1}, step {step + 1} (terms: recon={float(recon):.4g}, "
-                    + ", ".join(f"{k}={float(v):.4g}" for k, v in out.losses.items())
+                    f"non-finite loss at epoch {epoch + 1}, step {step + 1} (terms: recon={float(recon.detach()):.4g}, "
+                    + ", ".join(f"{k}={float(v.detach()):.4g}" for k, v in out.losses.items())
                     + f"); the last good checkpoint in {run_dir} is kept. Try a lower --lr or --precision fp32."
                 )
             optimizer.zero_grad(set_to_none=True)
