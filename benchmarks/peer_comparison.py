@@ -1,0 +1,178 @@
+"""vqwae's quantizers against lucidrains' vector-quantize-pytorch, at equal steps, on the same batches.
+
+The paper's 32x32 network, batch 32, K 512, Adam 1e-3. Every model starts from the same encoder/decoder
+weights and sees the same batches in the same order: the models take turns on each batch (interleaved), so
+load on a shared machine hits them alike. Every ``--eval-every`` steps each model is evaluated on the first
+``--test-images`` test images: one usage histogram over all of them (perplexity, codes used) and the MSE.
+
+    pip install -e ".[bench]"      # vector-quantize-pytorch: a benchmark-only dependency
+    .venv/bin/python benchmarks/peer_comparison.py --dataset mnist --data-root ../shared/data --steps 3000
+    .venv/bin/python benchmarks/peer_comparison.py --dataset cifar10 --data-root ../shared/data --steps 3000
+
+Writes benchmarks/results/peer_<dataset>_<steps>.json and a plot of test perplexity and MSE against steps.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from vqwae.data import load_splits
+from vqwae.metrics.usage import CodeUsage
+from vqwae.models import NetworkConfig, VQAutoencoder
+from vqwae.models.networks import build_networks
+from vqwae.quantizers import QuantizerOutput
+
+HERE = Path(__file__).resolve().parent
+
+
+class PeerQuantizer(nn.Module):
+    """vector-quantize-pytorch's VectorQuantize behind vqwae's quantizer interface (benchmark only)."""
+
+    def __init__(self, num_codes=512, dim=64):
+        super().__init__()
+        from vector_quantize_pytorch import VectorQuantize
+
+        self.num_codes = num_codes
+        self.vq = VectorQuantize(dim=dim, codebook_size=num_codes, decay=0.99, kmeans_init=True,
+                                 threshold_ema_dead_code=2, commitment_weight=0.25, accept_image_fmap=True)
+
+    def forward(self, z, compute_loss=None):
+        q, idx, loss = self.vq(z)
+        return QuantizerOutput(quantized=q, indices=idx, loss=loss, losses={"commitment": loss})
+
+    def reconstruction_loss(self, x_hat, x):
+        return nn.functional.mse_loss(x_hat, x)
+
+
+# name -> (quantizer kind or "peer", quantizer kwargs). "vqwae default" is WassersteinQuantizer() as shipped.
+QUANTIZERS = {
+    "vector-quantize-pytorch": ("peer", {}),
+    "VQ-VAE": ("vector", {}),
+    "VQ-WAE default": ("wasserstein", {}),
+    "VQ-WAE paper preset": ("wasserstein", dict(solver="exact", kl_reduction="mean", codebook_init="normal")),
+}
+
+
+def build(name: str, channels: int, seed: int) -> VQAutoencoder:
+    kind, kwargs = QUANTIZERS[name]
+    net = NetworkConfig(in_channels=channels)
+    torch.manual_seed(seed)
+    enc, dec = build_networks(net)  # identical encoder/decoder start for every model
+    if kind == "peer":
+        torch.manual_seed(seed + 1)
+        return VQAutoencoder(enc, PeerQuantizer(), dec)
+    torch.manual_seed(seed + 1)
+    from vqwae.quantizers import build_quantizer
+
+    return VQAutoencoder(enc, build_quantizer(kind, num_codes=512, dim=64, num_positions=64, **kwargs)
+                         if kind == "wasserstein" else build_quantizer(kind, num_codes=512, dim=64, **kwargs), dec, net)
+
+
+@torch.no_grad()
+def evaluate(model, test_x: torch.Tensor, batch: int = 500) -> dict:
+    model.eval()
+    usage, se = CodeUsage(512), 0.0
+    for x in test_x.split(batch):
+        x_hat, out = model(x)
+        usage.update(out.indices)
+        se += float(((x_hat.clamp(0, 1) - x) ** 2).mean()) * len(x)
+    model.train()
+    return {"perplexity": usage.perplexity, "codes_used": usage.codes_used, "mse": se / len(test_x)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", default="mnist")
+    ap.add_argument("--data-root", default="../shared/data")
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--test-images", type=int, default=2000)
+    ap.add_argument("--models", default=",".join(QUANTIZERS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    names = [n.strip() for n in args.models.split(",")]
+    splits = load_splits(args.dataset, args.data_root, train_limit=args.steps * 32, eval_limit=args.test_images)
+    test_x = torch.stack([splits.test[i][0] for i in range(len(splits.test))])
+    channels = test_x.shape[1]
+    models = {n: build(n, channels, args.seed) for n in names}
+    opts = {n: torch.optim.Adam([p for p in m.parameters() if p.requires_grad], lr=1e-3) for n, m in models.items()}
+    times = {n: [] for n in names}
+    curves = {n: [] for n in names}
+    gen = torch.Generator().manual_seed(args.seed)
+    n_train = len(splits.train)
+    perm = torch.randperm(n_train, generator=gen)
+    for step in range(1, args.steps + 1):
+        idx = perm[((step - 1) * 32) % n_train:][:32]
+        if len(idx) < 32:
+            perm = torch.randperm(n_train, generator=gen)
+            idx = perm[:32]
+        x = torch.stack([splits.train[int(i)][0] for i in idx])
+        for n in names:  # interleaved: every model trains on this batch before the next batch
+            m, opt = models[n], opts[n]
+            t0 = time.perf_counter()
+            x_hat, out = m(x)
+            loss = m.reconstruction_loss(x_hat, x) + out.loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            times[n].append(time.perf_counter() - t0)
+        if step % args.eval_every == 0 or step == args.steps:
+            for n in names:
+                curves[n].append(dict(step=step, **evaluate(models[n], test_x)))
+            print(f"step {step}: " + "; ".join(f"{n}: ppl {curves[n][-1]['perplexity']:.1f} "
+                                              f"mse {curves[n][-1]['mse']:.5f}" for n in names), flush=True)
+    rows = []
+    vq_med = statistics.median(times["VQ-VAE"]) if "VQ-VAE" in times else None
+    for n in names:
+        med = statistics.median(times[n])
+        q1, q3 = statistics.quantiles(times[n], n=4)[0], statistics.quantiles(times[n], n=4)[2]
+        rows.append(dict(quantizer=n, ms_per_step=1000 * med, iqr_ms=(1000 * q1, 1000 * q3),
+                         ratio_to_vqvae=med / vq_med if vq_med else None, **curves[n][-1]))
+    meta = dict(dataset=args.dataset, steps=args.steps, test_images=len(test_x), date=datetime.now(timezone.utc).isoformat(),
+                machine=f"{platform.machine()} {torch.get_num_threads()} threads", torch=torch.__version__,
+                command="python benchmarks/peer_comparison.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()))
+    out = HERE / "results" / f"peer_{args.dataset}_{args.steps}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves), indent=2))
+    plot(curves, HERE / "results" / f"peer_{args.dataset}_{args.steps}.png", args.dataset)
+    print(f"\n| quantizer | ms/step | x VQ-VAE | test perplexity | codes used | test MSE |\n|---|---|---|---|---|---|")
+    for r in rows:
+        ratio = f"{r['ratio_to_vqvae']:.2f}" if r["ratio_to_vqvae"] else "-"
+        print(f"| {r['quantizer']} | {r['ms_per_step']:.0f} | {ratio} | {r['perplexity']:.1f} | {r['codes_used']} | {r['mse']:.4f} |")
+    print(f"\n{meta['command']}\n-> {out}")
+
+
+def plot(curves: dict, path: Path, dataset: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for n, c in curves.items():
+        steps = [p["step"] for p in c]
+        axes[0].plot(steps, [p["perplexity"] for p in c], marker="o", label=n)
+        axes[1].plot(steps, [p["mse"] for p in c], marker="o", label=n)
+    axes[0].set(xlabel="training step", ylabel="test perplexity (max 512)", title=f"{dataset}: codebook use")
+    axes[1].set(xlabel="training step", ylabel="test MSE", yscale="log", title=f"{dataset}: reconstruction")
+    for a in axes:
+        a.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
