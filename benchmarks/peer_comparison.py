@@ -52,11 +52,11 @@ class PeerQuantizer(nn.Module):
         return nn.functional.mse_loss(x_hat, x)
 
 
-# name -> (quantizer kind or "peer", quantizer kwargs). "vqwae default" is WassersteinQuantizer() as shipped.
+# name -> (quantizer kind or "peer", quantizer kwargs). "VQ-WAE default" is what `vqwae train` uses.
 QUANTIZERS = {
     "vector-quantize-pytorch": ("peer", {}),
     "VQ-VAE": ("vector", {}),
-    "VQ-WAE default": ("wasserstein", {}),
+    "VQ-WAE default": ("wasserstein", dict(solver="semidiscrete", codebook_init="data")),
     "VQ-WAE paper preset": ("wasserstein", dict(solver="exact", kl_reduction="mean", codebook_init="normal")),
 }
 

@@ -125,7 +125,7 @@ def test_cli_train_and_errors(tmp_path):
     assert r.returncode == 0, r.stderr
     assert (out / "model.safetensors").exists()
     r = subprocess.run(base[:6] + ["--solver", "emd"], capture_output=True, text=True)
-    assert r.returncode == 2 and "valid: exact, sinkhorn, dual" in r.stderr
+    assert r.returncode == 2 and "valid: semidiscrete, exact, sinkhorn, dual" in r.stderr
     r = subprocess.run([sys.executable, "-m", "vqwae", "train", "--out", str(tmp_path / "m"), "--dataset", "mnist",
                         "--data-root", str(tmp_path / "nowhere")], capture_output=True, text=True)
     assert r.returncode == 2 and str(tmp_path / "nowhere") in r.stderr
@@ -168,7 +168,8 @@ def test_ddp_global_batch_gradients_equal_single_process(tmp_path):
     the whole global batch."""
     from vqwae.training import build_model
 
-    cfg = dict(TINY, global_batch=True, solver="exact")
+    # N(0, 1) codebook: a data start draws from rank 0's half-batch, not from the whole global batch.
+    cfg = dict(TINY, global_batch=True, solver="exact", codebook_init="normal")
     images = torch.rand(16, 1, 32, 32, generator=torch.Generator().manual_seed(0))
     port = 29500 + os.getpid() % 1000
     mp.start_processes(_ddp_grad_worker, args=(2, port, tmp_path, cfg, images), nprocs=2, join=True,
@@ -204,7 +205,7 @@ def _ddp_codebook_worker(rank, world, port, out, cfg):
 
 @pytest.mark.slow
 def test_ddp_training_keeps_codebooks_identical_and_matches_single_process_loss(tmp_path):
-    cfg = dict(TINY, epochs=1, max_steps=1, global_batch=True, batch_size=16, solver="exact")
+    cfg = dict(TINY, epochs=1, max_steps=1, global_batch=True, batch_size=16, solver="exact", codebook_init="normal")
     port = 29600 + os.getpid() % 1000
     mp.start_processes(_ddp_codebook_worker, args=(2, port, tmp_path / "ddp", cfg), nprocs=2, join=True,
                        start_method="spawn")

@@ -13,11 +13,19 @@ Loss (the paper's Eq. (7), with the per-batch WS term of Eq. (8)):
 * "kl": KL(pi^m || U_K) summed over positions, the paper's regulariser (Eq. (7), third term). The authors'
   code divides it by K (a mean reduction); kl_reduction="mean" (the `paper` preset) reproduces that.
 
-Solvers for W: "exact" (POT network simplex per position, as the authors run it), "sinkhorn" (entropic, all
-positions batched in log domain on the model's device) and "dual" (the paper's entropic semi-dual with a
-Kantorovich potential network, Eq. (8)). ``num_positions=None`` shares one pi across positions and solves
-one OT between all B*M latents and the codebook (their "global" variant), its value scaled by M so that
-ws_weight means the same in both modes.
+Solvers for W:
+* "semidiscrete" (the default): the semi-discrete semi-dual of W between the latent distribution at each
+  position and its weighted codebook, with a per-position code potential g kept across steps (warm start)
+  and one stochastic ascent step on g per training step (Genevay et al. 2016; ``vqwae.ot.semidiscrete``).
+  It shares the nearest-code search's distance matrix and adds no exponentials: VQ-VAE's cost, measured
+  in BENCHMARKS.md.
+* "exact" (POT network simplex per position, as the authors run it: faithful, 64 host solves per step),
+* "sinkhorn" (entropic, all positions batched in log domain on the model's device),
+* "dual" (the paper's entropic semi-dual with a Kantorovich potential network, Eq. (8)).
+``num_positions=None`` shares one pi across positions and solves one OT between all B*M latents and the
+codebook (their "global" variant), its value scaled by M so that ws_weight means the same in both modes.
+``codebook_init="data"`` draws the codewords from the first training batch's latents (recommended for
+training: with the N(0, 1) codebook and near-zero initial latents, usage starts at one code).
 """
 from __future__ import annotations
 
@@ -32,11 +40,13 @@ from torch import nn
 from vqwae.ot.cost import squared_distances, transport_cost
 from vqwae.ot.dual import KantorovichPotential, semi_dual
 from vqwae.ot.exact import exact_plans
+from vqwae.ot.semidiscrete import CHUNK_ENTRIES, ascend_potential, assign, assignment_mass, semi_dual_value
 from vqwae.ot.sinkhorn import sinkhorn_log
 from vqwae.quantizers.base import Quantizer, QuantizerOutput, _choice, fp32
 
-SOLVERS = ("exact", "sinkhorn", "dual")
+SOLVERS = ("semidiscrete", "exact", "sinkhorn", "dual")
 PI_INITS = ("uniform", "peaked", "gaussian")
+CODEBOOK_INITS = ("normal", "data")
 
 
 @dataclass(frozen=True)
@@ -44,7 +54,7 @@ class WassersteinConfig:
     num_codes: int = 512  # K
     dim: int = 64  # D, the codeword dimension
     num_positions: int | None = 64  # M = H*W: one pi per latent position; None: one pi shared by all
-    solver: str = "exact"  # "exact" | "sinkhorn" | "dual"
+    solver: str = "semidiscrete"  # "semidiscrete" | "exact" | "sinkhorn" | "dual"
     ws_weight: float = 1e-3  # lambda, on sum_m W^m
     kl_weight: float = 1.0  # lambda_r, on sum_m KL(pi^m || U_K)
     kl_reduction: str = "sum"  # "sum" over codes (the paper) | "mean" (/K, the authors' code)
@@ -58,6 +68,11 @@ class WassersteinConfig:
     phi_lr: float = 1e-3  # dual: inner Adam learning rate
     phi_hidden: int = 64  # dual: hidden width of each potential MLP
     global_batch: bool = False  # DDP: solve the OT over latents gathered from all ranks
+    potential_lr: float = 0.01  # semidiscrete: ascent step on g (in units of the cost scale) per step, x K
+    potential_pooling: float = 4.0  # semidiscrete: weight of the potential's component shared by positions
+    scale_decay: float = 0.9  # semidiscrete: EMA decay of the cost scale (the batches' quantization error)
+    codebook_init: str = "normal"  # "normal": N(0, 1), the authors | "data": K latents of the first training batch
+    chunk_entries: int = CHUNK_ENTRIES  # semidiscrete: (latent, code) distances materialised at once
 
 
 def initial_pi(kind: str, groups: int, num_codes: int) -> torch.Tensor:
@@ -103,6 +118,7 @@ class WassersteinQuantizer(Quantizer):
         _choice("solver", cfg.solver, SOLVERS)
         _choice("pi_init", cfg.pi_init, PI_INITS)
         _choice("kl_reduction", cfg.kl_reduction, ("sum", "mean"))
+        _choice("codebook_init", cfg.codebook_init, CODEBOOK_INITS)
         if cfg.num_positions is not None and cfg.num_positions < 1:
             raise ValueError(f"num_positions must be positive or None, got {cfg.num_positions}")
         self.groups = 1 if cfg.num_positions is None else cfg.num_positions
@@ -112,8 +128,16 @@ class WassersteinQuantizer(Quantizer):
             self.beta = nn.Parameter(beta)
         else:
             self.register_buffer("beta", beta)
-        # Warm start of the Sinkhorn code potential (absolute cost units), one row per group.
+        # The code potential, one row per group: the Sinkhorn warm start (absolute cost units), or the
+        # semidiscrete solver's state in units of ``potential_scale`` (g = potential_scale * code_potential),
+        # an EMA of the quantization error, so that g follows the latents' scale as the encoder rescales them
+        # (early training inflates and deflates the latents by orders of magnitude).
         self.register_buffer("code_potential", torch.zeros(self.groups, num_codes))
+        self.register_buffer("potential_scale", torch.zeros(()))
+        if cfg.codebook_init == "data":
+            # Set once the codebook has been drawn from a training batch (saved, so a resumed run keeps it).
+            self.register_buffer("codebook_initialized", torch.zeros((), dtype=torch.bool))
+        self._codebook_ready = cfg.codebook_init != "data"  # host-side cache: no sync once initialised
         self.potential = (
             KantorovichPotential(self.groups, dim, cfg.phi_hidden, cfg.phi_lr) if cfg.solver == "dual" else None
         )
@@ -121,6 +145,10 @@ class WassersteinQuantizer(Quantizer):
     @property
     def codebook(self) -> torch.Tensor:
         return self.embedding
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._codebook_ready = self.config.codebook_init != "data"  # re-read the loaded flag on the next step
 
     @property
     def pi(self) -> torch.Tensor:
@@ -146,18 +174,45 @@ class WassersteinQuantizer(Quantizer):
             )
         return flat.transpose(0, 1)  # (M, B, D)
 
-    def wasserstein(self, flat: torch.Tensor) -> torch.Tensor:
-        """sum_m W(z^m, P_{c,pi^m}) for latents (B, M, D), differentiable w.r.t. latents, codebook and pi."""
+    def _gathered(self) -> bool:
+        return self.config.global_batch and dist.is_available() and dist.is_initialized()
+
+    def _by_group(self, flat: torch.Tensor) -> torch.Tensor:
+        """(B, M, D) -> (N, G, D) without copying: rows of a group are its latents (semidiscrete layout)."""
+        b, m, d = flat.shape
+        if self.config.num_positions is None:
+            return flat.reshape(b * m, 1, d)
+        self._groups(flat)  # shape check
+        return flat
+
+    def wasserstein(self, flat: torch.Tensor, assigned: torch.Tensor | None = None,
+                    quant_err: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_m W(z^m, P_{c,pi^m}) for latents (B, M, D), differentiable w.r.t. latents, codebook and pi.
+
+        ``assigned`` / ``quant_err`` (semidiscrete only) reuse the OT assignment computed with the nearest-code
+        search in ``forward``; without them it is computed here. In training mode the semidiscrete solver
+        also takes its ascent step on the code potential."""
         cfg = self.config
-        if cfg.global_batch and dist.is_available() and dist.is_initialized():
+        if self._gathered():
             from torch.distributed.nn.functional import all_gather
 
             # (world * B, M, D); gradients flow back to each rank, summed over ranks by all_gather's backward.
             flat = torch.cat([_ContiguousGrad.apply(t) for t in all_gather(flat)], dim=0)
-        x = self._groups(flat)  # (G, N, D)
         c = self.embedding
         log_pi = torch.log_softmax(self.beta, dim=-1)  # (G, K)
         scale = float(flat.shape[1]) if cfg.num_positions is None else 1.0
+
+        if cfg.solver == "semidiscrete":
+            xg = self._by_group(flat)  # (N, G, D)
+            g = self.potential_scale * self.code_potential  # (G, K), cost units, a new tensor
+            if assigned is None:
+                _, assigned, quant_err = assign(xg.detach(), c.detach(), g, cfg.chunk_entries)
+            value = semi_dual_value(xg, c, assigned, g, log_pi)
+            if self.training:
+                self._ascend(assigned, quant_err, log_pi.detach().exp())
+            return scale * value
+
+        x = self._groups(flat)  # (G, N, D)
 
         if cfg.solver == "dual":
             cost = squared_distances(x, c)  # (G, N, K), differentiable
@@ -182,6 +237,43 @@ class WassersteinQuantizer(Quantizer):
         potential_term = (pi * v).sum()
         return scale * (transport_cost(plan, x, c) + potential_term - potential_term.detach())
 
+    @torch.no_grad()
+    def _ascend(self, assigned: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor) -> None:
+        """One stochastic ascent step on the (normalised) potential and the EMA of the cost scale. Under DDP
+        with per-rank batches, the assignment mass and the scale are averaged over ranks (one small
+        all-reduce) so every rank keeps the same potential."""
+        cfg = self.config
+        err = quant_err.detach().reshape(()).to(pi.dtype)
+        g, k = self.code_potential.shape
+        mass = assignment_mass(assigned, g, k, pi.dtype)
+        if dist.is_available() and dist.is_initialized() and not self._gathered():
+            packed = torch.cat([mass.reshape(-1), err.reshape(1)])
+            dist.all_reduce(packed)
+            packed /= dist.get_world_size()
+            mass, err = packed[:-1].view(g, k), packed[-1]
+        ascend_potential(self.code_potential, None, pi, cfg.potential_lr, cfg.potential_pooling, mass=mass)
+        # First step: the scale starts at this batch's error (no sync: torch.where on device).
+        ema = self.potential_scale * cfg.scale_decay + err * (1 - cfg.scale_decay)
+        self.potential_scale.copy_(torch.where(self.potential_scale > 0, ema, err))
+
+    @torch.no_grad()
+    def _init_codebook_from(self, flat: torch.Tensor) -> None:
+        """codebook_init="data": the codewords become K latents drawn from this (first training) batch, with a
+        little noise when the batch holds fewer than K latents; rank 0's choice is broadcast under DDP."""
+        x = flat.detach().reshape(-1, self.dim)
+        n = x.shape[0]
+        if n >= self.num_codes:
+            chosen = x[torch.randperm(n, device=x.device)[: self.num_codes]]
+        else:
+            chosen = x[torch.randint(0, n, (self.num_codes,), device=x.device)]
+            chosen = chosen + 0.01 * x.std() * torch.randn_like(chosen)
+        if dist.is_available() and dist.is_initialized():
+            dist.broadcast(chosen, src=0)
+        self.embedding.copy_(chosen)
+        self.code_potential.zero_()
+        self.potential_scale.zero_()
+        self.codebook_initialized.fill_(True)
+
     def kl_to_uniform(self) -> torch.Tensor:
         """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean")."""
         log_pi = torch.log_softmax(self.beta, dim=-1)
@@ -192,12 +284,27 @@ class WassersteinQuantizer(Quantizer):
     def forward(self, z: torch.Tensor, compute_loss: bool | None = None) -> QuantizerOutput:
         """Quantize z (B, D, H, W). The loss terms are computed in training mode (or when asked)."""
         self.check_input(z)
+        cfg = self.config
         flat = self.flatten(z)  # (B, M, D) float32
-        indices = self.nearest(flat)  # (B, M)
+        if self.training and not self._codebook_ready:
+            if not bool(self.codebook_initialized):  # one host read, until the codebook is set
+                self._init_codebook_from(flat)
+            self._codebook_ready = True
+        want_loss = self.training if compute_loss is None else compute_loss
+        assigned = quant_err = None
+        if want_loss and cfg.solver == "semidiscrete" and not self._gathered():
+            # One distance computation serves quantization (nearest codes) and the OT (power assignment).
+            nearest, assigned, quant_err = assign(
+                self._by_group(flat.detach()), self.embedding.detach(), self.potential_scale * self.code_potential,
+                cfg.chunk_entries,
+            )
+            indices = nearest.view(flat.shape[:2])
+        else:
+            indices = self.nearest(flat)  # (B, M)
         flat_q = self.straight_through(flat, F.embedding(indices, self.embedding))
         losses = {}
-        if self.training if compute_loss is None else compute_loss:
-            losses["ws"] = self.config.ws_weight * self.wasserstein(flat)
+        if want_loss:
+            losses["ws"] = cfg.ws_weight * self.wasserstein(flat, assigned, quant_err)
             if self.config.learn_pi and self.config.kl_weight:
                 losses["kl"] = self.config.kl_weight * self.kl_to_uniform()
         return self._output(z, flat_q, indices, losses)

@@ -19,7 +19,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 # Named bundles of settings. "paper" is the authors' configuration exactly as their code runs it.
 PRESETS: dict[str, dict] = {
     "paper": dict(solver="exact", shared_pi=False, ws_weight=1e-3, kl_weight=1.0, kl_reduction="mean",
-                  pi_init="uniform", learn_pi=True, lr=1e-3, batch_size=32, epochs=100),
+                  pi_init="uniform", learn_pi=True, codebook_init="normal", lr=1e-3, batch_size=32, epochs=100),
 }
 
 
@@ -35,7 +35,8 @@ class TrainConfig:
     # --- quantizer -------------------------------------------------------------------------------------
     num_codes: int = 512  # K
     dim: int = 64  # D, the latent and codeword dimension
-    solver: str = "exact"  # vqwae: "exact" | "sinkhorn" | "dual"
+    solver: str = "semidiscrete"  # vqwae: "semidiscrete" (fast, BENCHMARKS.md) | "exact" | "sinkhorn" | "dual"
+    codebook_init: str = "data"  # vqwae: "data" (K latents of the first batch) | "normal" (N(0,1), the authors)
     shared_pi: bool = False  # vqwae: one pi for all positions (the authors' "global" variant)
     ws_weight: float = 1e-3  # vqwae: lambda
     kl_weight: float = 1.0  # vqwae: lambda_r
@@ -71,7 +72,8 @@ class TrainConfig:
         from vqwae.data import DATASETS
 
         checks = {"model": MODELS, "precision": PRECISIONS, "dataset": DATASETS,
-                  "solver": ("exact", "sinkhorn", "dual"), "pi_init": ("uniform", "peaked", "gaussian"),
+                  "solver": ("semidiscrete", "exact", "sinkhorn", "dual"), "pi_init": ("uniform", "peaked", "gaussian"),
+                  "codebook_init": ("data", "normal"),
                   "kl_reduction": ("sum", "mean")}
         for name, valid in checks.items():
             value = getattr(self, name)
@@ -123,7 +125,7 @@ class TrainConfig:
                 ws_weight=self.ws_weight, kl_weight=self.kl_weight, kl_reduction=self.kl_reduction,
                 pi_init=self.pi_init, learn_pi=self.learn_pi, epsilon=self.epsilon,
                 sinkhorn_iters=self.sinkhorn_iters, phi_iterations=self.phi_iterations,
-                global_batch=self.global_batch,
+                global_batch=self.global_batch, codebook_init=self.codebook_init,
             )
         if self.model == "vqvae":
             return "vector", dict(common, beta=self.beta, legacy_beta=self.legacy_beta, ema=self.ema)

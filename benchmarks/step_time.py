@@ -1,0 +1,149 @@
+"""Benchmark 1: training-step time of VQ-VAE vs VQ-WAE (each solver) and SQ-VAE, interleaved in one run.
+
+Same network (the paper's conv32, 3 channels, latent 64 x 8 x 8), batch 32, K 512, Adam 1e-3; one step =
+encode, quantize (with the loss terms), decode, MSE + quantizer loss, backward, optimiser step -- the
+trainer's step. The models take turns (a block of steps each, round after round) so that load on a shared
+machine hits them alike; the figure is each model's median step time over VQ-VAE's.
+
+    .venv/bin/python benchmarks/step_time.py                       # all models, CPU
+    .venv/bin/python benchmarks/step_time.py --models vqvae,semidiscrete --rounds 40 --device cuda
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+
+import torch
+
+from vqwae.models import NetworkConfig, VQAutoencoder
+
+MODELS = {
+    "vqvae": ("vector", {}),
+    "semidiscrete": ("wasserstein", dict(solver="semidiscrete", codebook_init="data")),  # the default
+    "sinkhorn": ("wasserstein", dict(solver="sinkhorn")),
+    "sinkhorn-fast": ("wasserstein", dict(solver="sinkhorn", sinkhorn_iters=5, sinkhorn_tol=0.0)),
+    "dual": ("wasserstein", dict(solver="dual")),
+    "exact": ("wasserstein", dict(solver="exact")),
+    "sqvae": ("stochastic", dict(log_var_init=2.995732)),
+}
+
+
+def load_batches(n: int, batch: int, data_root: str | None, seed: int = 0) -> list[torch.Tensor]:
+    """Real CIFAR-10 images when available (the exact solver's time depends on the data), else noise."""
+    if data_root:
+        try:
+            from vqwae.data import load_splits
+
+            train = load_splits("cifar10", data_root, train_limit=n * batch, eval_limit=256).train
+            x = torch.stack([train[i][0] for i in range(n * batch)])
+            return list(x.split(batch))
+        except Exception as e:  # noqa: BLE001 - fall back to noise, say so
+            print(f"(no CIFAR-10 at {data_root}: {e}; using uniform noise)", file=sys.stderr)
+    g = torch.Generator().manual_seed(seed)
+    return list(torch.rand(n * batch, 3, 32, 32, generator=g).split(batch))
+
+
+def make(name: str, k: int, device: torch.device, seed: int):
+    torch.manual_seed(seed)
+    kind, kw = MODELS[name]
+    net = NetworkConfig(arch="conv32", in_channels=3, num_res_layers=2, latent_dim=64)
+    model = VQAutoencoder.from_config(net, kind, num_codes=k, **kw).to(device).train()
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    return model, opt
+
+
+def step(model, opt, x):
+    x_hat, out = model(x)
+    loss = model.reconstruction_loss(x_hat, x) + out.loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="vqvae,semidiscrete,sinkhorn,dual,exact,sqvae")
+    ap.add_argument("--rounds", type=int, default=30, help="rounds of interleaving")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per model per round")
+    ap.add_argument("--warmup", type=int, default=20, help="untimed steps per model first")
+    ap.add_argument("--num-codes", type=int, default=512)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--data-root", default=os.environ.get("VQWAE_DATA", "/work/shared/data"))
+    ap.add_argument("--json", default=None, help="write the results here")
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    device = torch.device(a.device)
+    names = [n.strip() for n in a.models.split(",") if n.strip()]
+    batches = [b.to(device) for b in load_batches(16, a.batch_size, a.data_root)]
+    runs = {n: make(n, a.num_codes, device, seed=0) for n in names}
+    times = {n: [] for n in names}
+    load_before = loadavg()
+    for n in names:  # warm-up: allocator, the potentials, the first OT problems
+        for i in range(a.warmup):
+            step(*runs[n], batches[i % len(batches)])
+    sync(device)
+    it = 0
+    for r in range(a.rounds):
+        order = names if r % 2 == 0 else names[::-1]  # alternate the order too
+        for n in order:
+            model, opt = runs[n]
+            for _ in range(a.steps):
+                x = batches[it % len(batches)]
+                it += 1
+                sync(device)
+                t0 = time.perf_counter()
+                step(model, opt, x)
+                sync(device)
+                times[n].append(time.perf_counter() - t0)
+    load_after = loadavg()
+    base = statistics.median(times["vqvae"]) if "vqvae" in times else None
+    rows = []
+    for n in names:
+        t = sorted(times[n])
+        q = statistics.quantiles(t, n=4)
+        med = statistics.median(t)
+        rows.append(dict(model=n, median_ms=1e3 * med, p25_ms=1e3 * q[0], p75_ms=1e3 * q[2],
+                         ratio=(med / base) if base else None, steps=len(t)))
+    info = dict(date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), machine=platform.node(),
+                processor=platform.processor() or platform.machine(), cpus=os.cpu_count(),
+                threads=torch.get_num_threads(), device=str(device), torch=torch.__version__,
+                load_before=load_before, load_after=load_after, command="python " + " ".join(sys.argv),
+                batch_size=a.batch_size, num_codes=a.num_codes)
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    print(f"# {info['date']}  {info['device']}  threads {info['threads']}  load {load_before} -> {load_after}")
+    print("| model | median ms/step | IQR (ms) | ratio to VQ-VAE |")
+    print("| --- | --- | --- | --- |")
+    for r in rows:
+        ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+        print(f"| {r['model']} | {r['median_ms']:.1f} | {r['p25_ms']:.1f}-{r['p75_ms']:.1f} | {ratio} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(info=info, rows=rows), f, indent=2)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Semi-discrete optimal transport with a warm-started code potential: the fast VQ-WAE solver.
+
+For one latent position m, the WS term is W(mu^m, nu^m) between the encoder's latent distribution at that
+position, mu^m = f_e^m # P_x (the population, of which the batch is a sample), and the weighted codebook
+nu^m = sum_k pi^m_k delta_{c_k}. With nu discrete, the Kantorovich semi-dual (Genevay et al. 2016, Sec. 3.2;
+the paper's Eq. (8) at eps -> 0, its potential phi(c_k) a free vector g_k instead of a network) is
+
+    W(mu, nu) = max_g  h(g),     h(g) = E_{z ~ mu} min_k (||z - c_k||^2 - g_k)  +  sum_k pi_k g_k ,
+
+a concave function of g whose gradient is pi - (the mass that the "power" assignment
+a(z) = argmin_k ||z - c_k||^2 - g_k sends to each code). Every g gives a lower bound of W; at the
+optimum the assignment is the optimal transport map (each code receives exactly pi_k of the mass).
+
+The solver keeps g as a buffer across training steps (a warm start, one row per position) and per step:
+
+1. assigns the batch's latents, a_i = argmin_k C_ik - g_k, sharing the (N, K) distance matrix with the
+   nearest-code search that quantization needs anyway (one matmul, computed in bounded-memory chunks);
+2. evaluates the batch estimate of h(g), differentiable w.r.t. the latents (2 (z_i - c_{a_i}) / N), the
+   codebook (the assigned latents pull their codes) and pi (dh/dpi = g: the envelope theorem, as the exact
+   solver's potential) -- a Wasserstein estimate, not a commitment loss: the assignment is the transport
+   map to the weighted codebook, so every code receives its share pi_k of every position's latents;
+3. takes one stochastic ascent step on g (Genevay et al.'s SGD on the semi-dual), with no host sync.
+
+Per step this costs one extra pass over the (N, K) distance matrix (argmin of C - g) and O(N D) work:
+no exponentials, no plan, no (G, N, K) tensor kept for the backward.
+"""
+from __future__ import annotations
+
+import torch
+
+# Largest number of (latent, code) entries materialised at once (64 MiB of float32), whatever K and N.
+CHUNK_ENTRIES = 1 << 24
+
+
+@torch.no_grad()
+def assign(
+    x: torch.Tensor,
+    codebook: torch.Tensor,
+    potential: torch.Tensor | None,
+    chunk_entries: int = CHUNK_ENTRIES,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Nearest codes and power-diagram (semi-discrete OT) assignments from ONE distance computation.
+
+    Args:
+        x: (B, G, D) latents; row (b, g) belongs to group g (a latent position; G = 1 for a shared pi).
+        codebook: (K, D).
+        potential: (G, K) code potentials g, or None to skip the OT assignment.
+        chunk_entries: at most this many (latent, code) distances exist at once (whole batch rows per chunk).
+
+    Returns:
+        nearest (B, G) = argmin_k ||x - c_k||^2, assigned (B, G) = argmin_k ||x - c_k||^2 - g_k (None without
+        a potential), and the mean squared distance of each latent to its nearest code (a 0-dim tensor: the
+        batch's quantization error, the natural cost scale for the potential's steps).
+    """
+    b, g, d = x.shape
+    k = codebook.shape[0]
+    c2 = codebook.pow(2).sum(-1)  # (K,)
+    ct = codebook.t()
+    rows = max(1, chunk_entries // max(1, g * k))  # batch rows per chunk
+    if rows >= b:  # one chunk (the usual training case): no output buffers, no copies
+        dist = torch.addmm(c2, x.reshape(-1, d), ct, alpha=-2.0).view(b, g, k)
+        vals, nearest = dist.min(-1)
+        assigned = dist.sub_(potential).argmin(-1) if potential is not None else None
+        quant_err = (vals.sum() + x.pow(2).sum()) / (b * g)
+        return nearest, assigned, quant_err.clamp_min(0.0)
+    nearest = torch.empty(b, g, dtype=torch.long, device=x.device)
+    assigned = torch.empty(b, g, dtype=torch.long, device=x.device) if potential is not None else None
+    min_sum = x.new_zeros(())
+    for start in range(0, b, rows):
+        xs = x[start : start + rows]  # (b', G, D)
+        # ||x||^2 - 2 x.c + ||c||^2; ||x||^2 is constant per row and left out of the argmins.
+        dist = torch.addmm(c2, xs.reshape(-1, d), ct, alpha=-2.0).view(xs.shape[0], g, k)
+        vals, idx = dist.min(-1)
+        nearest[start : start + rows] = idx
+        min_sum = min_sum + vals.sum()
+        if potential is not None:
+            assigned[start : start + rows] = (dist.sub_(potential)).argmin(-1)
+    quant_err = (min_sum + x.pow(2).sum()) / (b * g)
+    return nearest, assigned, quant_err.clamp_min(0.0)
+
+
+def semi_dual_value(
+    x: torch.Tensor, codebook: torch.Tensor, assigned: torch.Tensor, potential: torch.Tensor, log_pi: torch.Tensor
+) -> torch.Tensor:
+    """sum over groups of the batch semi-dual  mean_i (||x_i - c_{a_i}||^2 - g_{a_i}) + sum_k pi_k g_k.
+
+    x (B, G, D) and the codebook (K, D) get the transport map's gradient, log_pi (G, K) gets g through pi;
+    ``assigned`` (B, G) and ``potential`` (G, K) are held fixed.
+    """
+    b, g, _ = x.shape
+    potential = potential.detach().clone()  # a snapshot: the caller may step g in place before the backward
+    sq = (x - torch.nn.functional.embedding(assigned, codebook)).pow(2).sum(-1)  # (B, G); embedding: fast backward
+    g_at = potential.gather(1, assigned.t()).t()  # (B, G): g_{a_i} of each latent's own group
+    return (sq - g_at).sum() / b + (log_pi.exp() * potential).sum()
+
+
+def assignment_mass(assigned: torch.Tensor, groups: int, num_codes: int, dtype=torch.float32) -> torch.Tensor:
+    """(G, K) fraction of each group's latents assigned to each code, for assignments (N, G)."""
+    flat = (assigned + torch.arange(groups, device=assigned.device) * num_codes).reshape(-1)
+    return torch.bincount(flat, minlength=groups * num_codes).view(groups, num_codes).to(dtype) / assigned.shape[0]
+
+
+@torch.no_grad()
+def ascend_potential(
+    potential: torch.Tensor, assigned: torch.Tensor | None, pi: torch.Tensor, step: torch.Tensor | float,
+    pooling: float = 0.0, mass: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One stochastic ascent step on the semi-dual, in place:
+
+        g^m += step * K * [(pi^m - mass^m) + pooling * mean_m' (pi^m' - mass^m')]
+
+    where mass^m is the fraction of group m's latents assigned to each code. The pooled term is a shared
+    component of the groups' potentials (g^m = shared + own), ascended with every group's samples: with
+    B latents per group and K >> B codes each group's own gradient is very noisy, while positions of natural
+    images have similar latent distributions. It is a preconditioning of the same concave objective (its
+    gradient is the sum of the groups'), so the optimum is unchanged. ``step`` is in the potential's units
+    (a tensor is fine: no host sync). The mean of each g^m is preserved. Returns mass (G, K).
+    """
+    g, k = potential.shape
+    if mass is None:
+        mass = assignment_mass(assigned, g, k, potential.dtype)
+    grad = pi - mass
+    if pooling and g > 1:
+        grad = grad + pooling * grad.mean(0, keepdim=True)
+    potential.add_(grad * (step * k))
+    return mass
+
+
+@torch.no_grad()
+def fit_potential(
+    x: torch.Tensor,
+    codebook: torch.Tensor,
+    pi: torch.Tensor,
+    steps: int,
+    lr: float,
+    potential: torch.Tensor | None = None,
+    batch: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Solve the semi-discrete OT between samples x (N, G, D) and the weighted codebook by stochastic ascent
+    on g (minibatches of ``batch`` samples, or all of them), with the step lr * (quantization error) and a
+    1/sqrt(t) decay. Mainly for tests and the benchmarks: the quantizer takes one such step per training
+    step instead."""
+    n, g, _ = x.shape
+    pot = torch.zeros(g, codebook.shape[0], dtype=x.dtype, device=x.device) if potential is None else potential
+    for t in range(steps):
+        xb = x if batch is None else x[torch.randint(0, n, (batch,), generator=generator, device=x.device)]
+        _, a, err = assign(xb, codebook, pot)
+        ascend_potential(pot, a, pi, lr * err / (1 + t) ** 0.5)
+    return pot

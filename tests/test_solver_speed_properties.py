@@ -1,0 +1,234 @@
+"""Properties of the fast default solver ("semidiscrete"): it converges to the exact OT, its warm start
+helps, chunking changes nothing, it never synchronises with the host, and the data-dependent codebook
+initialisation behaves."""
+import numpy as np
+import ot
+import pytest
+import torch
+
+from vqwae.ot import nearest_code, squared_distances
+from vqwae.ot.semidiscrete import ascend_potential, assign, fit_potential, semi_dual_value
+from vqwae.quantizers import WassersteinQuantizer
+
+
+def problem(n=64, g=2, k=16, d=3, seed=0, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, g, d, generator=gen, dtype=dtype)
+    c = torch.randn(k, d, generator=gen, dtype=dtype)
+    pi = torch.softmax(0.5 * torch.randn(g, k, generator=gen, dtype=dtype), -1)
+    return x, c, pi
+
+
+def exact_values(x, c, pi):
+    n = x.shape[0]
+    return np.array([
+        ot.emd2(np.full(n, 1 / n), (pi[m] / pi[m].sum()).numpy(), squared_distances(x[:, m], c).numpy(),
+                numItermax=10**7)
+        for m in range(x.shape[1])
+    ])
+
+
+def test_assign_matches_nearest_search_and_chunking_changes_nothing():
+    x, c, _ = problem(n=40, g=3, k=11, d=5, dtype=torch.float32)
+    pot = torch.randn(3, 11)
+    near, a, err = assign(x, c, pot)
+    assert torch.equal(near.reshape(-1), nearest_code(x.reshape(-1, 5), c))
+    ref = (squared_distances(x, c) - pot).argmin(-1)
+    assert torch.equal(a, ref)
+    assert torch.allclose(err, squared_distances(x, c).min(-1).values.mean(), rtol=1e-5)
+    for chunk in (1, 33, 11 * 3 * 7):  # below one batch row (still one row per chunk), odd sizes
+        near_c, a_c, err_c = assign(x, c, pot, chunk_entries=chunk)
+        assert torch.equal(near_c, near) and torch.equal(a_c, a)
+        assert torch.allclose(err_c, err, rtol=1e-5)
+
+
+def test_every_potential_gives_a_lower_bound_and_ascent_reaches_the_exact_value():
+    x, c, pi = problem()
+    exact = exact_values(x, c, pi)
+    gaps, marg = [], []
+    pot = None
+    for steps in (0, 10, 100, 1000):
+        pot = fit_potential(x, c, pi, steps=steps, lr=0.5) if steps else torch.zeros(2, 16, dtype=x.dtype)
+        _, a, _ = assign(x, c, pot)
+        per_group = [float(semi_dual_value(x[:, m : m + 1], c, a[:, m : m + 1], pot[m : m + 1], pi[m : m + 1].log()))
+                     for m in range(2)]
+        assert all(v <= e + 1e-9 for v, e in zip(per_group, exact)), (per_group, exact)  # weak duality
+        gaps.append(float(np.max(exact - per_group)))
+        mass = torch.stack([torch.bincount(a[:, m], minlength=16) for m in range(2)]).double() / x.shape[0]
+        marg.append(float((mass - pi).abs().sum(-1).max()))
+    assert all(a > b for a, b in zip(gaps, gaps[1:])), gaps
+    assert gaps[-1] < 1e-3 * exact.mean(), (gaps, exact)
+    assert marg[-1] < marg[0]
+
+
+def test_at_the_optimum_the_assignment_is_the_exact_transport_map_and_gradients_agree():
+    # N = K latents against uniform code weights: the exact optimal plan is a permutation, which the
+    # converged semi-discrete assignment must reproduce, so the quantizer's gradients equal the exact ones.
+    torch.manual_seed(0)
+    n = k = 12
+    kw = dict(num_codes=k, dim=3, num_positions=2, kl_weight=0.0)
+    fast = WassersteinQuantizer(solver="semidiscrete", **kw).double()
+    exact = WassersteinQuantizer(solver="exact", **kw).double()
+    exact.load_state_dict(fast.state_dict())
+    flat = torch.randn(n, 2, 3, dtype=torch.float64)
+    with torch.no_grad():
+        fast.code_potential.copy_(fit_potential(flat, fast.embedding, fast.pi.double(), steps=1000, lr=0.5))
+        fast.potential_scale.fill_(1.0)  # g = potential_scale * code_potential
+    fast.eval(), exact.eval()  # no ascent step inside wasserstein()
+    grads = []
+    for q in (fast, exact):
+        z = flat.clone().requires_grad_(True)
+        q.zero_grad()
+        w = q.wasserstein(z)
+        w.backward()
+        grads.append((float(w.detach()), z.grad, q.embedding.grad.clone()))
+    (wf, zf, cf), (we, ze, ce) = grads
+    assert abs(wf - we) < 1e-3 * abs(we)
+    assert torch.allclose(zf, ze, atol=1e-8) and torch.allclose(cf, ce, atol=1e-8)
+
+
+def test_warm_start_reduces_the_error_on_the_next_problem():
+    x, c, pi = problem(n=256, k=32, seed=3)
+    pot_prev = fit_potential(x, c, pi, steps=2000, lr=0.05)
+    x2 = x + 0.05 * torch.randn_like(x)  # the next step: slightly moved latents
+    exact = exact_values(x2, c, pi).sum()
+
+    def gap(pot):
+        _, a, _ = assign(x2, c, pot)
+        return exact - float(semi_dual_value(x2, c, a, pot, pi.log()))
+
+    cold = fit_potential(x2, c, pi, steps=20, lr=0.05)
+    warm = fit_potential(x2, c, pi, steps=20, lr=0.05, potential=pot_prev.clone())
+    assert 0 <= gap(warm) < 0.5 * gap(cold), (gap(warm), gap(cold))
+
+
+def test_ascent_preserves_the_mean_of_the_potential_and_uses_the_assignment_mass():
+    pot = torch.zeros(2, 4)
+    a = torch.tensor([[0, 1], [0, 1], [0, 3], [2, 3]])  # (N=4, G=2)
+    pi = torch.full((2, 4), 0.25)
+    mass = ascend_potential(pot, a, pi, step=0.1)
+    assert torch.allclose(mass, torch.tensor([[0.75, 0, 0.25, 0], [0, 0.5, 0, 0.5]]))
+    assert torch.allclose(pot.sum(-1), torch.zeros(2))
+    assert pot[0, 0] < 0 < pot[0, 1]  # over-used codes get cheaper for nobody, under-used ones attract
+
+
+class _NoHostSync:
+    """Make every device -> host read raise (item, float, int, bool, tolist, numpy)."""
+
+    names = ("item", "__float__", "__int__", "__bool__", "tolist", "numpy", "__index__")
+
+    def __enter__(self):
+        self.saved = {n: getattr(torch.Tensor, n) for n in self.names}
+
+        def boom(*a, **k):
+            raise AssertionError("host synchronisation in the solver path")
+
+        for n in self.names:
+            setattr(torch.Tensor, n, boom)
+
+    def __exit__(self, *exc):
+        for n, f in self.saved.items():
+            setattr(torch.Tensor, n, f)
+
+
+@pytest.mark.parametrize("num_positions", [4, None])
+def test_semidiscrete_solver_path_never_syncs_with_the_host(num_positions):
+    q = WassersteinQuantizer(num_codes=16, dim=8, num_positions=num_positions).train()
+    flat = torch.randn(6, 4, 8, requires_grad=True)
+    with _NoHostSync():
+        w = q.wasserstein(flat)  # assignment, value and the potential's ascent step
+        w.backward()
+    assert flat.grad is not None and q.embedding.grad is not None and q.beta.grad is not None
+    assert q.code_potential.abs().sum() > 0  # the ascent step happened
+
+
+def test_forward_shares_one_distance_computation(monkeypatch):
+    import vqwae.quantizers.base as base
+
+    def forbidden(*a, **k):
+        raise AssertionError("the semidiscrete forward must not run a second nearest-code search")
+
+    q = WassersteinQuantizer(num_codes=16, dim=8, num_positions=4).train()
+    monkeypatch.setattr(base, "nearest_code", forbidden)
+    z = torch.randn(5, 8, 2, 2)
+    out = q(z)
+    ref = nearest_code(q.flatten(z).reshape(-1, 8), q.embedding.detach())
+    assert torch.equal(out.indices.reshape(-1), ref)
+    assert set(out.losses) == {"ws", "kl"}
+
+
+def test_training_balances_code_use_on_a_fixed_distribution():
+    # The quantizer's own per-step ascent (one step per call, batch 32, codes held fixed off to one side of
+    # the latents) learns a potential under which the power assignment gives the codes their shares pi_k:
+    # the OT constraint that spreads the latents over the codebook.
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=2, num_positions=1, learn_pi=False, potential_lr=0.003).train()
+    with torch.no_grad():
+        q.embedding.copy_(torch.randn(16, 2) * 0.5 + 2.0)
+    x = torch.randn(20000, 1, 2)
+
+    def marginal_error():
+        _, a, _ = assign(x, q.embedding.detach(), q.potential_scale * q.code_potential)
+        return float((torch.bincount(a[:, 0], minlength=16).float() / len(x) - 1 / 16).abs().sum())
+
+    before = marginal_error()  # g = 0: nearest codes
+    for _ in range(3000):
+        q(torch.randn(32, 2, 1, 1))
+    after = marginal_error()
+    assert after < 0.25 and after < before / 3, (before, after)  # measured: 1.71 -> 0.15
+
+
+def test_data_codebook_init_draws_codes_from_the_first_training_batch_once():
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=8, dim=4, num_positions=4, codebook_init="data")
+    z = torch.randn(3, 4, 2, 2) * 5 + 10  # 12 latents, far from the N(0, 1) init
+    q.eval()
+    q(z)  # evaluation never initialises
+    assert not bool(q.codebook_initialized)
+    q.train()
+    q(z)
+    flat = q.flatten(z).reshape(-1, 4)
+    assert bool(q.codebook_initialized)
+    # every codeword is one of the batch's latents
+    assert torch.cdist(q.embedding.detach(), flat).min(-1).values.max() < 1e-5
+    before = q.embedding.detach().clone()
+    q(torch.randn(3, 4, 2, 2))
+    assert torch.equal(q.embedding.detach(), before)  # not drawn again
+    # the flag travels with the state dict: a restored quantizer does not re-draw
+    r = WassersteinQuantizer(num_codes=8, dim=4, num_positions=4, codebook_init="data")
+    r.load_state_dict(q.state_dict())
+    r.train()(torch.randn(3, 4, 2, 2))
+    assert torch.equal(r.embedding.detach(), before)
+    # fewer latents than codes: drawn with replacement plus a little noise, all distinct
+    s = WassersteinQuantizer(num_codes=32, dim=4, num_positions=4, codebook_init="data").train()
+    s(z)
+    assert torch.unique(s.embedding.detach(), dim=0).shape[0] == 32
+    assert torch.cdist(s.embedding.detach(), flat).min(-1).values.max() < 0.5
+
+
+def _ddp_worker(rank, world, port, path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)  # identical quantizers
+    q = WassersteinQuantizer(num_codes=16, dim=4, num_positions=4, codebook_init="data").train()
+    torch.manual_seed(100 + rank)  # different batches per rank
+    for _ in range(3):
+        q(torch.randn(5, 4, 2, 2)).loss.backward()
+    torch.save({k: v.clone() for k, v in q.state_dict().items()}, f"{path}/rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_ddp_ranks_keep_identical_codebook_and_potential(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    a, b = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    for key in ("embedding", "code_potential", "potential_scale", "codebook_initialized"):
+        assert torch.equal(a[key], b[key]), key
+    assert a["code_potential"].abs().sum() > 0
