@@ -107,7 +107,7 @@ def _pictures(run_dir: Path, model, data, counts, device, split: str) -> None:
     x = torch.stack([data[i][0] for i in range(n)]).to(device)
     x_hat = model(x)[0].clamp(0, 1)
     reconstruction_grid(x.cpu(), x_hat.cpu(), run_dir / f"reconstructions_{split}.png",
-                        title=f"{run_dir.name}: originals (top) and reconstructions, {split} split")
+                        title=f"{run_dir.name}, {split} split")
     pi = getattr(model.quantizer, "pi", None)
     usage_histogram(counts, run_dir / f"code_usage_{split}.png",
                     pi=None if pi is None else pi.mean(0).cpu(),
