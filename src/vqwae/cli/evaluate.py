@@ -29,6 +29,7 @@ def eval_command(
     generation: bool = Opt(False, "--generation", help="Also generation FID from RUN_DIR/prior (see `vqwae prior train`)."),
     n_samples: int = Opt(1000, help="Generated images for --generation."),
     device: str = Opt("auto"),
+    threads: Optional[int] = Opt(None, help="CPU threads for the metrics [default: the CPUs not already busy]."),
     data_root: Optional[str] = Opt(None, help="Override the dataset location recorded in the run."),
 ) -> None:
     """Evaluate a trained run; writes RUN_DIR/eval.json and PNGs next to it, prints a table."""
@@ -40,7 +41,7 @@ def eval_command(
     try:
         result = evaluate_run(run_dir, split=split, limit=limit, batch_size=batch_size, resolution=res,
                               inception_weights=inception_weights, lpips_weights=lpips_weights, fid=fid,
-                              lpips=lpips, device=device, data_root=data_root)
+                              lpips=lpips, device=device, data_root=data_root, threads=threads)
         if generation:
             result = _generation(run_dir, n_samples, inception_weights, device, limit)
     except (FileNotFoundError, ValueError) as e:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -95,6 +96,12 @@ class VQAutoencoder(nn.Module):
         except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
             raise ValueError(f"{w_path} could not be read (corrupt or truncated?): {e}") from e
         missing, unexpected = model.load_state_dict(state, strict=False)
-        if missing or unexpected:
-            raise ValueError(f"{w_path} does not match {cfg_path}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        # Buffers added by a later vqwae (solver state such as the semidiscrete potential's scale) keep their
+        # initial values, with a warning; missing parameters or unknown keys mean a different model.
+        buffers = {name for name, _ in model.named_buffers()}
+        missing_params = [k for k in missing if k not in buffers]
+        if missing_params or unexpected:
+            raise ValueError(f"{w_path} does not match {cfg_path}: missing {missing_params[:5]}, unexpected {unexpected[:5]}")
+        if missing:
+            warnings.warn(f"{w_path} predates buffers {missing}; they keep their initial values", stacklevel=2)
         return model

@@ -57,6 +57,7 @@ def evaluate_run(
     data_root: str | None = None,
     progress: bool = True,
     pictures: bool = True,
+    threads: int | None = None,
 ) -> dict:
     """Compute mse, psnr, ssim, lpips, rfid, perplexity and codes used on ``split``; write eval.json
     (merged), the reconstruction grid, the usage histogram (with pi for VQ-WAE) and the training curves."""
@@ -86,7 +87,7 @@ def evaluate_run(
     result = evaluate_reconstructions(model, loader, num_codes=model.quantizer.num_codes, device=dev,
                                       resolution=resolution, lpips_net=lpips_net, inception=inception,
                                       real_stats_cache_key=key, progress=progress, skip_reasons=reasons,
-                                      stats_cache=FIDStatsCache() if key else None)
+                                      stats_cache=FIDStatsCache() if key else None, num_threads=threads)
     counts = result.pop("code_counts")
     result.update(split=split, model=cfg.model, dataset=cfg.dataset, ssim_window=SSIM_WINDOW,
                   seconds=time.perf_counter() - t0)

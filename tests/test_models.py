@@ -1,0 +1,43 @@
+"""Save/load of VQAutoencoder: bit-identical reload, corrupt and mismatched files, older checkpoints."""
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from vqwae.models import NetworkConfig, VQAutoencoder
+
+
+@pytest.mark.parametrize("kind,kw", [("wasserstein", {"solver": "semidiscrete"}), ("vector", {"ema": True}),
+                                     ("stochastic", {})])
+def test_save_load_bit_identical(tmp_path, kind, kw):
+    m = VQAutoencoder.from_config(NetworkConfig(in_channels=1), kind, num_codes=32, **kw)
+    m.train()
+    m(torch.rand(4, 1, 32, 32))  # some training state in the buffers
+    m.save_pretrained(tmp_path)
+    r = VQAutoencoder.from_pretrained(tmp_path)
+    m.eval(), r.eval()
+    x = torch.rand(3, 1, 32, 32)
+    assert torch.equal(m(x)[0], r(x)[0])
+    assert torch.equal(m.encode(x), r.encode(x))
+    assert torch.equal(m.decode_indices(m.encode(x)), r.decode_indices(r.encode(x)))
+
+
+def test_missing_buffer_loads_with_warning_but_missing_parameter_fails(tmp_path):
+    m = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", num_codes=32)
+    m.save_pretrained(tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    save_file({k: v for k, v in state.items() if k != "quantizer.potential_scale"}, str(tmp_path / "model.safetensors"))
+    with pytest.warns(UserWarning, match="potential_scale"):
+        VQAutoencoder.from_pretrained(tmp_path)
+    save_file({k: v for k, v in state.items() if k != "quantizer.embedding"}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match="quantizer.embedding"):
+        VQAutoencoder.from_pretrained(tmp_path)
+
+
+def test_corrupt_and_missing_files_name_the_file(tmp_path):
+    m = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "vector", num_codes=16)
+    m.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match="model.safetensors"):
+        VQAutoencoder.from_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="model_config.json"):
+        VQAutoencoder.from_pretrained(tmp_path / "nowhere")
