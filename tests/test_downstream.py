@@ -1,19 +1,13 @@
 """Representation studies: linear probe on frozen features, t-SNE with silhouette score."""
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-try:
-    import vqwae  # noqa: F401
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from vqwae.downstream import (
     Standardizer,
@@ -24,13 +18,6 @@ from vqwae.downstream import (
     tsne_plot,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _blobs(n_per, num_classes=4, dim=20, spread=0.5, seed=0):

@@ -3,17 +3,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-try:
-    import vqwae  # noqa: F401
-except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from vqwae.prior import (
     GatedMaskedLayer,
@@ -27,14 +21,6 @@ from vqwae.prior import (
     weights_fingerprint,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models on a shared 2-core machine: one intra-op thread avoids OpenMP spin-wait stalls (20x)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _small(num_classes=None, K=16, C=16, layers=15) -> GatedPixelCNN:
