@@ -29,12 +29,11 @@ def eval_signature(budget: Budget, fid: bool) -> dict:
     return dict(split="test", limit=budget.eval_limit, resolution=budget.resolution, fid=fid, lpips=budget.lpips)
 
 
-def _finished_epochs(run_dir: Path) -> int:
+def _metrics(run_dir: Path) -> list[dict]:
+    from vqwae.figures import read_metrics_jsonl
+
     p = run_dir / "metrics.jsonl"
-    if not p.is_file():
-        return 0
-    lines = [json.loads(x) for x in p.read_text().splitlines() if x.strip()]
-    return max((x["epoch"] for x in lines), default=0) if lines else 0
+    return read_metrics_jsonl(p) if p.is_file() else []
 
 
 def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, device: str = "auto",
@@ -49,9 +48,10 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     values = spec.config_values(budget, data_root)
     run_dir = run_dir_for(out, spec, values)
     cfg = TrainConfig.from_dict(dict(values, out=str(run_dir), device=device))
-    done = _finished_epochs(run_dir)
-    last = _last_metrics(run_dir)
-    finished = done >= cfg.epochs or (cfg.max_steps is not None and last.get("step", 0) >= cfg.max_steps)
+    history = _metrics(run_dir)
+    done = max((m.get("epoch", 0) for m in history), default=0)
+    last_step = history[-1].get("step", 0) if history else 0
+    finished = done >= cfg.epochs or (cfg.max_steps is not None and last_step >= cfg.max_steps)
     if not finished:
         print(f"[reproduce] training {spec.label} -> {run_dir}", flush=True)
         train(cfg, resume=(run_dir / "state.pt").exists(), progress=False)
@@ -65,22 +65,8 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
         from vqwae.runs import update_eval
 
         result = update_eval(run_dir, {"eval_signature": eval_signature(budget, fid)})
-    return dict(result, run_dir=str(run_dir), label=spec.label, train_seconds=_train_seconds(run_dir))
-
-
-def _last_metrics(run_dir: Path) -> dict:
-    p = run_dir / "metrics.jsonl"
-    if not p.is_file():
-        return {}
-    lines = [x for x in p.read_text().splitlines() if x.strip()]
-    return json.loads(lines[-1]) if lines else {}
-
-
-def _train_seconds(run_dir: Path) -> float:
-    p = run_dir / "metrics.jsonl"
-    if not p.is_file():
-        return 0.0
-    return sum(json.loads(x).get("seconds", 0.0) for x in p.read_text().splitlines() if x.strip())
+    train_seconds = sum(m.get("seconds", 0.0) for m in _metrics(run_dir))
+    return dict(result, run_dir=str(run_dir), label=spec.label, train_seconds=train_seconds)
 
 
 def ensure_runs(out: Path, specs: list[RunSpec], budget: Budget, data_root: str | None, *, jobs: int = 1,

@@ -112,7 +112,7 @@ def _autocast_factory(precision: str, device: torch.device):
     return lambda: torch.autocast(device.type, dtype=dtype)
 
 
-def _check_run_dir(run_dir: Path, cfg: TrainConfig, resume: bool) -> None:
+def _check_run_dir(run_dir: Path, resume: bool) -> None:
     existing = [p for p in (checkpoint.STATE_NAME, METRICS_NAME, "model.safetensors") if (run_dir / p).exists()]
     if existing and not resume:
         raise FileExistsError(
@@ -128,7 +128,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
     if device.type == "cuda":
         torch.cuda.set_device(device)
     run_dir = Path(cfg.out)
-    _check_run_dir(run_dir, cfg, resume)
+    _check_run_dir(run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     if main:
         checkpoint.atomic_write_text(run_dir / CONFIG_NAME, json.dumps(cfg.to_dict(), indent=2))
@@ -176,7 +176,9 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
         model.train()
         batches = epoch_batches(len(splits.train), cfg.batch_size, epoch, cfg.seed, rank, world)
         loader = DataLoader(splits.train, batch_sampler=batches, num_workers=cfg.num_workers)
-        sums, seen, t0 = defaultdict(float), 0, time.perf_counter()
+        # Running sums stay on the device: no host synchronisation per step for bookkeeping.
+        sums = defaultdict(lambda: torch.zeros((), dtype=torch.float64, device=device))
+        seen, t0 = 0, time.perf_counter()
         bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress, leave=False)
         for i, (x, _) in enumerate(bar):
             x = x.to(device, non_blocking=True)
@@ -197,17 +199,18 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
             step += 1
             b = x.shape[0]
             seen += b
-            sums["loss"] += float(loss.detach()) * b
-            sums["recon"] += float(recon.detach()) * b
-            sums["mse"] += float(torch.nn.functional.mse_loss(x_hat.detach().float(), x)) * b
-            for name, value in out.losses.items():
-                sums[name] += float(value.detach()) * b
-            sums["perplexity"] += float(out.perplexity) * b
+            with torch.no_grad():
+                sums["loss"] += loss.detach() * b
+                sums["recon"] += recon.detach() * b
+                sums["mse"] += torch.nn.functional.mse_loss(x_hat.detach().float(), x) * b
+                for name, value in out.losses.items():
+                    sums[name] += value.detach() * b
+                sums["perplexity"] += out.perplexity * b
             if progress:
                 bar.set_postfix(loss=f"{float(loss):.4f}", ppl=f"{float(out.perplexity):.1f}",
                                 img_s=f"{seen * world / (time.perf_counter() - t0):.0f}")
             elif main and (i + 1) % 200 == 0:
-                print(f"epoch {epoch + 1} step {i + 1}/{len(batches)} loss {sums['loss'] / seen:.5f} "
+                print(f"epoch {epoch + 1} step {i + 1}/{len(batches)} loss {float(sums['loss']) / seen:.5f} "
                       f"ppl {float(out.perplexity):.1f} {seen * world / (time.perf_counter() - t0):.0f} img/s", flush=True)
             if cfg.max_steps is not None and step >= cfg.max_steps:
                 break
@@ -215,7 +218,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
         train_seconds = time.perf_counter() - t0
 
         # ---- end of epoch: validate, schedule, save ----------------------------------------------------
-        totals = torch.tensor([seen, *sums.values()], dtype=torch.float64, device=device)
+        totals = torch.stack([torch.tensor(float(seen), dtype=torch.float64, device=device), *sums.values()])
         distributed.all_reduce_sum(totals)
         metrics = {"epoch": epoch + 1, "step": step}
         metrics.update({f"train/{k}": float(v / totals[0]) for k, v in zip(sums, totals[1:])})
