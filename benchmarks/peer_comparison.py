@@ -58,7 +58,20 @@ QUANTIZERS = {
     "VQ-VAE": ("vector", {}),
     "VQ-WAE default": ("wasserstein", dict(solver="semidiscrete", codebook_init="data")),
     "VQ-WAE paper preset": ("wasserstein", dict(solver="exact", kl_reduction="mean", codebook_init="normal")),
+    "VQ-WAE transport": ("wasserstein", dict(solver="semidiscrete", codebook_init="data", codebook_update="transport")),
 }
+
+
+def parse_settings(text: str) -> dict:
+    """'a=1,b=x' -> {'a': 1, 'b': 'x'} (numbers, true/false and null parsed as JSON, the rest as strings)."""
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, _, value = item.partition("=")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value.strip()
+    return out
 
 
 def build(name: str, channels: int, seed: int) -> VQAutoencoder:
@@ -72,7 +85,7 @@ def build(name: str, channels: int, seed: int) -> VQAutoencoder:
     torch.manual_seed(seed + 1)
     from vqwae.quantizers import build_quantizer
 
-    return VQAutoencoder(enc, build_quantizer(kind, num_codes=512, dim=64, num_positions=64, **kwargs)
+    return VQAutoencoder(enc, build_quantizer(kind, **{"num_codes": 512, "dim": 64, "num_positions": 64, **kwargs})
                          if kind == "wasserstein" else build_quantizer(kind, num_codes=512, dim=64, **kwargs), dec, net)
 
 
@@ -96,12 +109,20 @@ def main():
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--test-images", type=int, default=2000)
     ap.add_argument("--models", default=",".join(QUANTIZERS))
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
+                    help="an extra WassersteinQuantizer configuration for ablations, on top of the default, e.g. "
+                         "'fast potential:potential_lr=0.03' (repeatable; trained alongside --models)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--tag", default="", help="suffix of the result files (e.g. 'ablation')")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    names = [n.strip() for n in args.models.split(",")]
+    names = [n.strip() for n in args.models.split(",") if n.strip()]
+    for v in args.variant:
+        label, _, settings = v.partition(":")
+        QUANTIZERS[label] = ("wasserstein", {**QUANTIZERS["VQ-WAE default"][1], **parse_settings(settings)})
+        names.append(label)
     splits = load_splits(args.dataset, args.data_root, train_limit=args.steps * 32, eval_limit=args.test_images)
     test_x = torch.stack([splits.test[i][0] for i in range(len(splits.test))])
     channels = test_x.shape[1]
@@ -142,10 +163,11 @@ def main():
     meta = dict(dataset=args.dataset, steps=args.steps, test_images=len(test_x), date=datetime.now(timezone.utc).isoformat(),
                 machine=f"{platform.machine()} {torch.get_num_threads()} threads", torch=torch.__version__,
                 command="python benchmarks/peer_comparison.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()))
-    out = HERE / "results" / f"peer_{args.dataset}_{args.steps}.json"
+    stem = f"peer_{args.dataset}_{args.steps}" + (f"_{args.tag}" if args.tag else "")
+    out = HERE / "results" / f"{stem}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves), indent=2))
-    plot(curves, HERE / "results" / f"peer_{args.dataset}_{args.steps}.png", args.dataset)
+    plot(curves, out.with_suffix(".png"), args.dataset)
     print(f"\n| quantizer | ms/step | x VQ-VAE | test perplexity | codes used | test MSE |\n|---|---|---|---|---|---|")
     for r in rows:
         ratio = f"{r['ratio_to_vqvae']:.2f}" if r["ratio_to_vqvae"] else "-"

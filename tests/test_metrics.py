@@ -509,3 +509,18 @@ def test_evaluate_with_real_networks(shared_weights):
     with torch.no_grad():
         rec = torch.cat([model(b)[0] for b, _ in loader]).clamp(0, 1)
         assert res["lpips"] == pytest.approx(float(lp(rec, data, normalize=True).mean()), rel=1e-5)
+
+
+def test_metric_threads_leave_cpus_that_other_work_keeps_busy(tmp_path, monkeypatch):
+    # /proc/loadavg's 4th field counts runnable tasks now, the reader included; the 1-minute average is not
+    # used because it still counts work that has just finished (this process's own training, say).
+    p = tmp_path / "loadavg"
+    p.write_text("7.90 3.10 1.20 3/412 12345\n")
+    assert fidmod._runnable_others(readings=3, interval=0, path=str(p)) == 2
+    p.write_text("7.90 3.10 1.20 1/412 12345\n")  # only the reader: the machine is idle whatever the average
+    assert fidmod._runnable_others(readings=1, interval=0, path=str(p)) == 0
+    assert fidmod._runnable_others(readings=1, interval=0, path=str(tmp_path / "missing")) == 0
+    monkeypatch.setattr(fidmod.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    for others, expected in ((0, 4), (1, 3), (3, 1), (9, 1)):
+        monkeypatch.setattr(fidmod, "_runnable_others", lambda others=others: others)
+        assert fidmod.default_num_threads() == expected

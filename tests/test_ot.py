@@ -35,7 +35,7 @@ def ws_value(q, flat):
 
 def test_exact_quantizer_value_and_gradients_match_finite_differences():
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=6, dim=3, num_positions=2, solver="exact").double()
+    q = WassersteinQuantizer(num_codes=6, dim=3, num_positions=2, solver="exact", codebook_update="gradient").double()
     with torch.no_grad():
         q.beta.copy_(torch.randn(2, 6, dtype=torch.float64))
     flat = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)  # (B, M, D)

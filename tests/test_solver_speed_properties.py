@@ -66,7 +66,7 @@ def test_at_the_optimum_the_assignment_is_the_exact_transport_map_and_gradients_
     # converged semi-discrete assignment must reproduce, so the quantizer's gradients equal the exact ones.
     torch.manual_seed(0)
     n = k = 12
-    kw = dict(num_codes=k, dim=3, num_positions=2, kl_weight=0.0)
+    kw = dict(num_codes=k, dim=3, num_positions=2, kl_weight=0.0, codebook_update="gradient")
     fast = WassersteinQuantizer(solver="semidiscrete", **kw).double()
     exact = WassersteinQuantizer(solver="exact", **kw).double()
     exact.load_state_dict(fast.state_dict())
@@ -131,15 +131,22 @@ class _NoHostSync:
             setattr(torch.Tensor, n, f)
 
 
+@pytest.mark.parametrize("update", ["transport", "gradient"])
 @pytest.mark.parametrize("num_positions", [4, None])
-def test_semidiscrete_solver_path_never_syncs_with_the_host(num_positions):
-    q = WassersteinQuantizer(num_codes=16, dim=8, num_positions=num_positions).train()
+def test_semidiscrete_solver_path_never_syncs_with_the_host(num_positions, update):
+    q = WassersteinQuantizer(num_codes=16, dim=8, num_positions=num_positions, codebook_update=update,
+                             codebook_init="normal").train()
     flat = torch.randn(6, 4, 8, requires_grad=True)
+    before = q.embedding.detach().clone()
     with _NoHostSync():
-        w = q.wasserstein(flat)  # assignment, value and the potential's ascent step
+        w = q.wasserstein(flat)  # assignment, value, the potential's ascent step (and the codebook's EMA)
         w.backward()
-    assert flat.grad is not None and q.embedding.grad is not None and q.beta.grad is not None
+    assert flat.grad is not None and q.beta.grad is not None
     assert q.code_potential.abs().sum() > 0  # the ascent step happened
+    if update == "gradient":
+        assert q.embedding.grad is not None
+    else:
+        assert q.embedding.grad is None and not torch.equal(q.embedding.detach(), before)
 
 
 def test_forward_shares_one_distance_computation(monkeypatch):
@@ -162,7 +169,8 @@ def test_training_balances_code_use_on_a_fixed_distribution():
     # the latents) learns a potential under which the power assignment gives the codes their shares pi_k:
     # the OT constraint that spreads the latents over the codebook.
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=16, dim=2, num_positions=1, learn_pi=False, potential_lr=0.003).train()
+    q = WassersteinQuantizer(num_codes=16, dim=2, num_positions=1, learn_pi=False, potential_lr=0.003,
+                             codebook_init="normal", codebook_update="gradient").train()  # no optimiser: codes stay
     with torch.no_grad():
         q.embedding.copy_(torch.randn(16, 2) * 0.5 + 2.0)
     x = torch.randn(20000, 1, 2)
@@ -180,7 +188,8 @@ def test_training_balances_code_use_on_a_fixed_distribution():
 
 def test_data_codebook_init_draws_codes_from_the_first_training_batch_once():
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=8, dim=4, num_positions=4, codebook_init="data")
+    kw = dict(num_codes=8, dim=4, num_positions=4, codebook_init="data", codebook_update="gradient")  # codes stay
+    q = WassersteinQuantizer(**kw)
     z = torch.randn(3, 4, 2, 2) * 5 + 10  # 12 latents, far from the N(0, 1) init
     q.eval()
     q(z)  # evaluation never initialises
@@ -195,7 +204,7 @@ def test_data_codebook_init_draws_codes_from_the_first_training_batch_once():
     q(torch.randn(3, 4, 2, 2))
     assert torch.equal(q.embedding.detach(), before)  # not drawn again
     # the flag travels with the state dict: a restored quantizer does not re-draw
-    r = WassersteinQuantizer(num_codes=8, dim=4, num_positions=4, codebook_init="data")
+    r = WassersteinQuantizer(**kw)
     r.load_state_dict(q.state_dict())
     r.train()(torch.randn(3, 4, 2, 2))
     assert torch.equal(r.embedding.detach(), before)
@@ -229,6 +238,6 @@ def test_ddp_ranks_keep_identical_codebook_and_potential(tmp_path):
         port = s.getsockname()[1]
     mp.spawn(_ddp_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
     a, b = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
-    for key in ("embedding", "code_potential", "potential_scale", "codebook_initialized"):
+    for key in ("embedding", "code_potential", "potential_scale", "codebook_initialized", "transport_mass", "transport_sum"):
         assert torch.equal(a[key], b[key]), key
     assert a["code_potential"].abs().sum() > 0

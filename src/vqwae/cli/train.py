@@ -26,6 +26,8 @@ def train_command(
     dim: Optional[int] = Opt(None, help="Codeword / latent dimension D  [default: 64]"),
     solver: Optional[str] = Opt(None, help="vqwae OT solver: semidiscrete | exact | sinkhorn | dual  [default: semidiscrete]"),
     codebook_init: Optional[str] = Opt(None, help="vqwae codebook start: data | normal (the authors' N(0,1))  [default: data]"),
+    codebook_update: Optional[str] = Opt(None, help="vqwae codebook learning: transport (EMA of the OT plan's barycentres) | gradient (the paper)  [default: transport]"),
+    codebook_decay: Optional[float] = Opt(None, help="vqwae, transport codebook: EMA decay  [default: 0.95]"),
     shared_pi: Optional[bool] = Opt(None, "--shared-pi/--per-position-pi", help="vqwae: one pi for all positions."),
     ws_weight: Optional[float] = Opt(None, help="vqwae: lambda on the WS term  [default: 1e-3]"),
     kl_weight: Optional[float] = Opt(None, help="vqwae: lambda_r on KL(pi || U)  [default: 1.0]"),
@@ -69,7 +71,7 @@ def train_command(
             if bad:
                 fail(f"--resume continues {out} with its saved configuration; these options differ from it: {', '.join(bad)}")
             saved.update({k: v for k, v in overrides.items() if v is not None})
-            cfg = TrainConfig.from_dict(saved)
+            cfg = TrainConfig.from_saved(saved)
         else:
             cfg = TrainConfig.resolve(preset=preset, config_file=config, **overrides)
         result = train(cfg, resume=resume)

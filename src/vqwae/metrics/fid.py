@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import json
 import os
+import time
 import tempfile
 import warnings
 from dataclasses import asdict, dataclass
@@ -122,21 +123,34 @@ def preprocess_for_inception(images: torch.Tensor) -> torch.Tensor:
 
 
 def default_num_threads() -> int:
-    """CPU threads for metric networks: the CPUs this process may use, minus those already busy.
+    """CPU threads for metric networks: the CPUs this process may use, minus those other work keeps busy.
 
-    Busy = the 1-minute load average (rounded). On a shared machine, oversubscribed intra-op
-    threads are much slower than fewer threads (measured here with 2 cores and a load of ~5:
-    Inception took 0.15 s/image on 1 thread vs 0.45 s/image on 2); an idle machine gets all its CPUs.
+    On a shared machine, oversubscribed intra-op threads are much slower than fewer threads (measured here
+    with 2 cores and a load of ~5: Inception took 0.15 s/image on 1 thread vs 0.45 s/image on 2); an idle
+    machine gets all its CPUs. "Busy" is the number of runnable tasks other than this one right now (Linux
+    /proc/loadavg, the median of a few readings), not the 1-minute load average: that average still counts
+    work that has just finished, such as this very process's training a moment ago.
     """
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         n = os.cpu_count() or 1
-    try:
-        busy = int(round(os.getloadavg()[0]))
-    except (AttributeError, OSError):
-        busy = 0
-    return max(1, min(n, n - busy + 1))
+    busy = _runnable_others()
+    return max(1, min(n, n - busy))
+
+
+def _runnable_others(readings: int = 5, interval: float = 0.02, path: str = "/proc/loadavg") -> int:
+    """Runnable tasks on the machine besides the reading thread (0 where /proc/loadavg is unavailable)."""
+    counts = []
+    for i in range(readings):
+        try:
+            with open(path) as f:
+                counts.append(int(f.read().split()[3].split("/")[0]) - 1)
+        except (OSError, ValueError, IndexError):
+            return 0
+        if i + 1 < readings:
+            time.sleep(interval)
+    return max(0, sorted(counts)[len(counts) // 2])
 
 
 _THREAD_SCOPES = [0]  # nesting depth of cpu_threads()

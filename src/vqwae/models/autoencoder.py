@@ -19,6 +19,7 @@ from torch import nn
 
 from vqwae.models.networks import NetworkConfig, build_networks
 from vqwae.quantizers import Quantizer, QuantizerOutput, build_quantizer
+from vqwae.quantizers.wasserstein import SAVED_BEFORE as WASSERSTEIN_SAVED_BEFORE
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "model_config.json"
@@ -88,6 +89,8 @@ class VQAutoencoder(nn.Module):
             network = NetworkConfig(**cfg["network"])
             qcfg = dict(cfg["quantizer"])
             kind = qcfg.pop("kind")
+            if kind == "wasserstein":  # options the file predates: the behaviour it was trained with
+                qcfg = {**WASSERSTEIN_SAVED_BEFORE, **qcfg}
         except (json.JSONDecodeError, KeyError, TypeError) as e:
             raise ValueError(f"{cfg_path} is not a valid vqwae model config: {e}") from e
         model = cls.from_config(network, kind, **qcfg)

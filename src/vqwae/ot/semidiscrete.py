@@ -97,7 +97,10 @@ def semi_dual_value(
 def assignment_mass(assigned: torch.Tensor, groups: int, num_codes: int, dtype=torch.float32) -> torch.Tensor:
     """(G, K) fraction of each group's latents assigned to each code, for assignments (N, G)."""
     flat = (assigned + torch.arange(groups, device=assigned.device) * num_codes).reshape(-1)
-    return torch.bincount(flat, minlength=groups * num_codes).view(groups, num_codes).to(dtype) / assigned.shape[0]
+    # index_add_, not bincount: on CUDA bincount reads the input's maximum back to the host.
+    counts = torch.zeros(groups * num_codes, dtype=dtype, device=assigned.device)
+    counts.index_add_(0, flat, torch.ones(flat.shape[0], dtype=dtype, device=assigned.device))
+    return counts.view(groups, num_codes) / assigned.shape[0]
 
 
 @torch.no_grad()

@@ -47,6 +47,9 @@ from vqwae.quantizers.base import Quantizer, QuantizerOutput, _choice, fp32
 SOLVERS = ("semidiscrete", "exact", "sinkhorn", "dual")
 PI_INITS = ("uniform", "peaked", "gaussian")
 CODEBOOK_INITS = ("normal", "data")
+CODEBOOK_UPDATES = ("gradient", "transport")
+# Options added after models were first saved, with the value a saved config without them was trained with.
+SAVED_BEFORE = {"codebook_update": "gradient"}
 
 
 @dataclass(frozen=True)
@@ -71,7 +74,10 @@ class WassersteinConfig:
     potential_lr: float = 0.01  # semidiscrete: ascent step on g (in units of the cost scale) per step, x K
     potential_pooling: float = 4.0  # semidiscrete: weight of the potential's component shared by positions
     scale_decay: float = 0.9  # semidiscrete: EMA decay of the cost scale (the batches' quantization error)
-    codebook_init: str = "normal"  # "normal": N(0, 1), the authors | "data": K latents of the first training batch
+    codebook_init: str = "data"  # "data": K latents of the first training batch | "normal": N(0, 1), the authors
+    codebook_update: str = "transport"  # "transport": each code moves to an EMA of the latents the OT plan sends it
+    #                                   | "gradient": the optimiser steps the codebook on the WS term (the paper)
+    codebook_decay: float = 0.95  # codebook_update="transport": EMA decay of the transported counts and sums
     chunk_entries: int = CHUNK_ENTRIES  # semidiscrete: (latent, code) distances materialised at once
 
 
@@ -119,10 +125,14 @@ class WassersteinQuantizer(Quantizer):
         _choice("pi_init", cfg.pi_init, PI_INITS)
         _choice("kl_reduction", cfg.kl_reduction, ("sum", "mean"))
         _choice("codebook_init", cfg.codebook_init, CODEBOOK_INITS)
+        _choice("codebook_update", cfg.codebook_update, CODEBOOK_UPDATES)
+        if not 0.0 <= cfg.codebook_decay < 1.0:
+            raise ValueError(f"codebook_decay must be in [0, 1), got {cfg.codebook_decay}")
         if cfg.num_positions is not None and cfg.num_positions < 1:
             raise ValueError(f"num_positions must be positive or None, got {cfg.num_positions}")
         self.groups = 1 if cfg.num_positions is None else cfg.num_positions
-        self.embedding = nn.Parameter(torch.randn(num_codes, dim))  # N(0, 1), as the authors
+        # N(0, 1), as the authors. With codebook_update="transport" the optimiser does not step it (see _transport_update).
+        self.embedding = nn.Parameter(torch.randn(num_codes, dim), requires_grad=cfg.codebook_update == "gradient")
         beta = initial_pi(cfg.pi_init, self.groups, num_codes).log()
         if cfg.learn_pi:
             self.beta = nn.Parameter(beta)
@@ -138,6 +148,11 @@ class WassersteinQuantizer(Quantizer):
             # Set once the codebook has been drawn from a training batch (saved, so a resumed run keeps it).
             self.register_buffer("codebook_initialized", torch.zeros((), dtype=torch.bool))
         self._codebook_ready = cfg.codebook_init != "data"  # host-side cache: no sync once initialised
+        if cfg.codebook_update == "transport":
+            # EMAs of the mass the plan sends to each code and of the latents it sends there, summed over
+            # positions (zero-initialised: their ratio, the codeword, needs no debiasing).
+            self.register_buffer("transport_mass", torch.zeros(num_codes))
+            self.register_buffer("transport_sum", torch.zeros(num_codes, dim))
         self.potential = (
             KantorovichPotential(self.groups, dim, cfg.phi_hidden, cfg.phi_lr) if cfg.solver == "dual" else None
         )
@@ -198,7 +213,9 @@ class WassersteinQuantizer(Quantizer):
 
             # (world * B, M, D); gradients flow back to each rank, summed over ranks by all_gather's backward.
             flat = torch.cat([_ContiguousGrad.apply(t) for t in all_gather(flat)], dim=0)
-        c = self.embedding
+        transport_update = self.training and cfg.codebook_update == "transport"
+        # A snapshot when the codebook is updated in place below: the backward uses the codes of the assignment.
+        c = self.embedding.detach().clone() if transport_update else self.embedding
         log_pi = torch.log_softmax(self.beta, dim=-1)  # (G, K)
         scale = float(flat.shape[1]) if cfg.num_positions is None else 1.0
 
@@ -210,6 +227,8 @@ class WassersteinQuantizer(Quantizer):
             value = semi_dual_value(xg, c, assigned, g, log_pi)
             if self.training:
                 self._ascend(assigned, quant_err, log_pi.detach().exp())
+            if transport_update:
+                self._transport_update(xg.detach().reshape(-1, self.dim), assigned.reshape(-1))
             return scale * value
 
         x = self._groups(flat)  # (G, N, D)
@@ -219,7 +238,12 @@ class WassersteinQuantizer(Quantizer):
             eps = cfg.epsilon * cost.detach().mean()
             if self.training:
                 self.potential.ascend(cost, log_pi, c, eps, cfg.phi_iterations)
-            return scale * semi_dual(cost, log_pi, self.potential(c), eps).sum()
+            phi = self.potential(c)
+            if transport_update:
+                with torch.no_grad():  # the semi-dual's primal plan: P_ik = softmax_k(log pi_k + (phi_k - C_ik) / eps) / N
+                    plan = torch.softmax(log_pi.unsqueeze(1) + (phi.unsqueeze(1) - cost) / eps, dim=-1) / cost.shape[1]
+                self._transport_update(x.detach(), plan=plan)
+            return scale * semi_dual(cost, log_pi, phi, eps).sum()
 
         with torch.no_grad():
             cost = squared_distances(x.detach(), c.detach())
@@ -232,6 +256,8 @@ class WassersteinQuantizer(Quantizer):
                 plan, v = res.plan, res.g - res.g.mean(-1, keepdim=True)
                 if self.training and cfg.warm_start:
                     self.code_potential.copy_(res.g)
+            if transport_update:
+                self._transport_update(x.detach(), plan=plan)
         pi = log_pi.exp()
         # Value <P, C>; gradient P to (latents, codebook) and the centred potential v to pi.
         potential_term = (pi * v).sum()
@@ -257,6 +283,39 @@ class WassersteinQuantizer(Quantizer):
         self.potential_scale.copy_(torch.where(self.potential_scale > 0, ema, err))
 
     @torch.no_grad()
+    def _transport_update(self, x: torch.Tensor, assigned: torch.Tensor | None = None,
+                          plan: torch.Tensor | None = None) -> None:
+        """codebook_update="transport": move every code to the (EMA) barycentre of the latents transported to it.
+
+        For a fixed plan P, argmin_C sum_ik P_ik ||z_i - c_k||^2 is c_k = sum_i P_ik z_i / sum_i P_ik: this is the
+        exact minimisation of the WS term over the codebook (a Lloyd step with the transport plan in place of
+        the nearest-code assignment), smoothed over steps by an EMA of the plan's counts and sums, as VQ-VAE's
+        EMA variant does with nearest codes. Because the plan sends every code its share pi_k of each position's
+        latents, no code is left without data (VQ-VAE's EMA starves codes no latent is nearest to).
+
+        Args: either ``assigned`` (N,) codes of the latents x (N, D) under the transport map (semidiscrete), or
+        the ``plan`` (G, N, K) between x (G, N, D) and the codebook (exact, sinkhorn, dual; rows sum to 1/N).
+        """
+        k, decay = self.num_codes, self.config.codebook_decay
+        if plan is None:
+            mass = torch.zeros(k, dtype=x.dtype, device=x.device).index_add_(  # not bincount: no host sync on CUDA
+                0, assigned, torch.ones(assigned.shape[0], dtype=x.dtype, device=x.device))
+            sums = torch.zeros(k, self.dim, dtype=x.dtype, device=x.device).index_add_(0, assigned, x)
+        else:
+            n = plan.shape[1]  # latents per group: counts in units of latents, as the assignment's
+            mass = plan.sum((0, 1)) * n
+            sums = torch.einsum("gnk,gnd->kd", plan.to(x.dtype), x) * n
+        if dist.is_available() and dist.is_initialized() and not self._gathered():
+            packed = torch.cat([mass[:, None], sums], dim=1)  # one all-reduce: every rank keeps the same codebook
+            dist.all_reduce(packed)
+            mass, sums = packed[:, 0], packed[:, 1:]
+        self.transport_mass.mul_(decay).add_(mass, alpha=1 - decay)
+        self.transport_sum.mul_(decay).add_(sums, alpha=1 - decay)
+        seen = self.transport_mass > 0  # a code the plan never reached keeps its place
+        centroid = self.transport_sum / self.transport_mass.clamp_min(torch.finfo(x.dtype).tiny).unsqueeze(1)
+        self.embedding.copy_(torch.where(seen.unsqueeze(1), centroid, self.embedding))
+
+    @torch.no_grad()
     def _init_codebook_from(self, flat: torch.Tensor) -> None:
         """codebook_init="data": the codewords become K latents drawn from this (first training) batch, with a
         little noise when the batch holds fewer than K latents; rank 0's choice is broadcast under DDP."""
@@ -272,6 +331,9 @@ class WassersteinQuantizer(Quantizer):
         self.embedding.copy_(chosen)
         self.code_potential.zero_()
         self.potential_scale.zero_()
+        if self.config.codebook_update == "transport":
+            self.transport_mass.zero_()
+            self.transport_sum.zero_()
         self.codebook_initialized.fill_(True)
 
     def kl_to_uniform(self) -> torch.Tensor:

@@ -22,7 +22,7 @@ def read_train_config(run_dir: str | os.PathLike):
     p = Path(run_dir) / "config.json"
     if not p.is_file():
         raise FileNotFoundError(f"{p} not found: {run_dir} is not a vqwae run folder (made by `vqwae train`)")
-    return TrainConfig.from_dict(json.loads(p.read_text()))
+    return TrainConfig.from_saved(json.loads(p.read_text()))
 
 
 def load_run_model(run_dir: str | os.PathLike, device="cpu"):

@@ -19,8 +19,13 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 # Named bundles of settings. "paper" is the authors' configuration exactly as their code runs it.
 PRESETS: dict[str, dict] = {
     "paper": dict(solver="exact", shared_pi=False, ws_weight=1e-3, kl_weight=1.0, kl_reduction="mean",
-                  pi_init="uniform", learn_pi=True, codebook_init="normal", lr=1e-3, batch_size=32, epochs=100),
+                  pi_init="uniform", learn_pi=True, codebook_init="normal", codebook_update="gradient", lr=1e-3, batch_size=32, epochs=100),
 }
+
+
+# Fields added after runs were first saved, with the value that reproduces what such a run did: a config.json
+# without the key was trained this way (the current default may differ).
+SAVED_BEFORE: dict = {"codebook_update": "gradient"}
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,8 @@ class TrainConfig:
     dim: int = 64  # D, the latent and codeword dimension
     solver: str = "semidiscrete"  # vqwae: "semidiscrete" (fast, BENCHMARKS.md) | "exact" | "sinkhorn" | "dual"
     codebook_init: str = "data"  # vqwae: "data" (K latents of the first batch) | "normal" (N(0,1), the authors)
+    codebook_update: str = "transport"  # vqwae: "transport" (EMA of the plan's barycentres) | "gradient" (the paper)
+    codebook_decay: float = 0.95  # vqwae, codebook_update="transport": EMA decay
     shared_pi: bool = False  # vqwae: one pi for all positions (the authors' "global" variant)
     ws_weight: float = 1e-3  # vqwae: lambda
     kl_weight: float = 1.0  # vqwae: lambda_r
@@ -73,7 +80,7 @@ class TrainConfig:
 
         checks = {"model": MODELS, "precision": PRECISIONS, "dataset": DATASETS,
                   "solver": ("semidiscrete", "exact", "sinkhorn", "dual"), "pi_init": ("uniform", "peaked", "gaussian"),
-                  "codebook_init": ("data", "normal"),
+                  "codebook_init": ("data", "normal"), "codebook_update": ("transport", "gradient"),
                   "kl_reduction": ("sum", "mean")}
         for name, valid in checks.items():
             value = getattr(self, name)
@@ -109,6 +116,11 @@ class TrainConfig:
             raise ValueError(f"unknown config keys {unknown}; valid keys: {', '.join(sorted(known))}")
         return cls(**values)
 
+    @classmethod
+    def from_saved(cls, values: dict) -> "TrainConfig":
+        """A run's config.json: keys it lacks because it predates them take the behaviour of its time."""
+        return cls.from_dict({**SAVED_BEFORE, **values})
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
@@ -125,7 +137,8 @@ class TrainConfig:
                 ws_weight=self.ws_weight, kl_weight=self.kl_weight, kl_reduction=self.kl_reduction,
                 pi_init=self.pi_init, learn_pi=self.learn_pi, epsilon=self.epsilon,
                 sinkhorn_iters=self.sinkhorn_iters, phi_iterations=self.phi_iterations,
-                global_batch=self.global_batch, codebook_init=self.codebook_init,
+                global_batch=self.global_batch, codebook_init=self.codebook_init, codebook_update=self.codebook_update,
+                codebook_decay=self.codebook_decay,
             )
         if self.model == "vqvae":
             return "vector", dict(common, beta=self.beta, legacy_beta=self.legacy_beta, ema=self.ema)

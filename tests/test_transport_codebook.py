@@ -1,0 +1,87 @@
+"""codebook_update="transport": the codebook minimises the WS term exactly for the step's plan (an EMA of
+barycentres of the transported latents) instead of taking optimiser steps on it."""
+import ot
+import pytest
+import torch
+
+from vqwae.ot.semidiscrete import assign
+from vqwae.quantizers import WassersteinQuantizer
+
+
+def test_exact_plan_update_moves_each_code_to_the_barycentre_of_its_transported_latents():
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=6, dim=3, num_positions=1, solver="exact", codebook_update="transport", codebook_init="normal",
+                             codebook_decay=0.0).train()
+    z = torch.randn(10, 3, 1, 1) * 2 + 1
+    before = q.embedding.detach().clone().double()
+    q(z)
+    x = z.reshape(10, 3).double()
+    plan = torch.from_numpy(ot.emd(torch.full((10,), 0.1).double().numpy(), q.pi[0].double().numpy(),
+                                   torch.cdist(x, before).pow(2).numpy()))
+    expected = (plan.t() @ x) / plan.sum(0, keepdim=True).t()
+    torch.testing.assert_close(q.embedding.detach().double(), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_semidiscrete_update_uses_the_power_assignment_not_the_nearest_code():
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=8, dim=2, num_positions=1, codebook_update="transport", codebook_init="normal",
+                             codebook_decay=0.0).train()
+    with torch.no_grad():  # a potential that makes the power cells differ from the nearest-code cells
+        q.potential_scale.fill_(1.0)
+        q.code_potential.copy_(torch.linspace(-2, 2, 8)[None])
+    z = torch.randn(64, 2, 1, 1)
+    x = z.reshape(64, 1, 2)
+    nearest, assigned, _ = assign(x, q.embedding.detach(), q.potential_scale * q.code_potential)
+    assert not torch.equal(nearest, assigned)
+    before = q.embedding.detach().clone()
+    q(z)
+    for k in range(8):
+        mine = assigned[:, 0] == k
+        want = x[mine, 0].mean(0) if mine.any() else before[k]  # a code with no latent keeps its place
+        torch.testing.assert_close(q.embedding.detach()[k], want)
+
+
+def test_ema_averages_the_plans_of_successive_steps():
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=4, dim=2, num_positions=1, solver="exact", codebook_update="transport", codebook_init="normal",
+                             codebook_decay=0.5).train()
+    with torch.no_grad():
+        q.embedding.copy_(torch.tensor([[0.0, 0], [1, 0], [0, 1], [1, 1]]))
+    a = torch.tensor([[0.0, 0], [2, 0], [0, 2], [2, 2]])  # each code gets one latent (uniform pi, 4 latents)
+    q(a.view(4, 2, 1, 1))
+    torch.testing.assert_close(q.embedding.detach(), a)
+    q(torch.zeros(4, 2, 1, 1) + 4)  # all latents at (4, 4): each code gets one of them
+    # (0.5 * 0.5 * a + 0.5 * 4) / (0.5 * 0.5 + 0.5) with the same mass per step
+    torch.testing.assert_close(q.embedding.detach(), (0.25 * a + 0.5 * 4) / 0.75)
+
+
+def test_the_optimiser_never_sees_the_codebook_and_eval_leaves_it_alone():
+    q = WassersteinQuantizer(num_codes=16, dim=4, num_positions=4, codebook_update="transport", codebook_init="normal")
+    assert not q.embedding.requires_grad
+    z = torch.randn(8, 4, 2, 2)
+    out = q.train()(z)
+    out.loss.backward()  # the latents still get the WS gradient; the codebook gets none
+    assert q.embedding.grad is None and q.beta.grad is not None
+    before = q.embedding.detach().clone()
+    q.eval()(z, compute_loss=True)
+    assert torch.equal(q.embedding.detach(), before)
+
+
+def test_latent_gradient_uses_the_codes_the_latents_were_assigned_to():
+    # The codebook moves in place during forward; the backward must still use the codes of this step's plan.
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=8, dim=2, num_positions=1, codebook_update="transport", codebook_init="normal",
+                             codebook_decay=0.0, ws_weight=1.0, learn_pi=False).train()
+    z = torch.randn(16, 2, 1, 1, requires_grad=True)
+    before = q.embedding.detach().clone()
+    assigned, _, _ = assign(z.detach().reshape(16, 1, 2), before, None)  # zero potential: nearest codes
+    q(z).loss.backward()
+    expected = 2 * (z.detach().reshape(16, 2) - before[assigned[:, 0]]) / 16
+    torch.testing.assert_close(z.grad.reshape(16, 2), expected)
+
+
+def test_bad_options_are_refused_with_a_clear_message():
+    with pytest.raises(ValueError, match="codebook_update"):
+        WassersteinQuantizer(num_codes=8, dim=2, codebook_update="kmeans")
+    with pytest.raises(ValueError, match="codebook_decay"):
+        WassersteinQuantizer(num_codes=8, dim=2, codebook_update="transport", codebook_decay=1.0)
