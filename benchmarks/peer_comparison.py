@@ -52,13 +52,28 @@ class PeerQuantizer(nn.Module):
         return nn.functional.mse_loss(x_hat, x)
 
 
-# name -> (quantizer kind or "peer", quantizer kwargs). "VQ-WAE default" is what `vqwae train` uses.
+def _paper_preset() -> dict:
+    """The quantizer arguments of `vqwae train --preset paper` (the authors' configuration), from the preset."""
+    from vqwae.training.config import TrainConfig
+
+    kind, kwargs = TrainConfig.resolve(preset="paper", model="vqwae").quantizer_kind_and_kwargs(64)
+    return {k: v for k, v in kwargs.items() if k not in ("num_codes", "dim", "num_positions")}
+
+
+# name -> (quantizer kind or "peer", quantizer kwargs). "VQ-WAE default" is WassersteinQuantizer() as shipped
+# (and what `vqwae train` uses); the "without ..." rows each undo one of the defaults that depart from the paper.
 QUANTIZERS = {
     "vector-quantize-pytorch": ("peer", {}),
     "VQ-VAE": ("vector", {}),
-    "VQ-WAE default": ("wasserstein", dict(solver="semidiscrete", codebook_init="data")),
-    "VQ-WAE paper preset": ("wasserstein", dict(solver="exact", kl_reduction="mean", codebook_init="normal")),
-    "VQ-WAE transport": ("wasserstein", dict(solver="semidiscrete", codebook_init="data", codebook_update="transport")),
+    "VQ-WAE default": ("wasserstein", {}),
+    "VQ-WAE paper preset": ("wasserstein", _paper_preset()),
+    "VQ-WAE sinkhorn": ("wasserstein", dict(solver="sinkhorn")),
+    "VQ-WAE exact": ("wasserstein", dict(solver="exact")),
+    "VQ-WAE dual": ("wasserstein", dict(solver="dual")),
+    "without ws_weight 3e-3 (1e-3)": ("wasserstein", dict(ws_weight=1e-3)),
+    "without codebook_decay 0.95 (0.99)": ("wasserstein", dict(codebook_decay=0.99)),
+    "without transport update (gradient)": ("wasserstein", dict(codebook_update="gradient")),
+    "without data start (normal init)": ("wasserstein", dict(codebook_init="normal")),
 }
 
 
@@ -108,7 +123,8 @@ def main():
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--test-images", type=int, default=2000)
-    ap.add_argument("--models", default=",".join(QUANTIZERS))
+    ap.add_argument("--models", default="vector-quantize-pytorch,VQ-VAE,VQ-WAE default,VQ-WAE paper preset",
+                    help=f"comma-separated, from: {', '.join(QUANTIZERS)}")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                     help="an extra WassersteinQuantizer configuration for ablations, on top of the default, e.g. "
                          "'fast potential:potential_lr=0.03' (repeatable; trained alongside --models)")

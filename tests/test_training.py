@@ -117,6 +117,36 @@ def test_config_resolution_order(tmp_path):
         TrainConfig(dataset="imagenet")
 
 
+def test_train_defaults_are_the_quantizer_defaults_and_the_paper_preset_is_the_authors():
+    from vqwae.quantizers.wasserstein import WassersteinConfig
+
+    kind, kwargs = TrainConfig().quantizer_kind_and_kwargs(64)
+    shipped = WassersteinConfig()
+    assert kind == "wasserstein"
+    assert {k: v for k, v in kwargs.items() if k != "num_positions"} == {k: getattr(shipped, k) for k in kwargs if k != "num_positions"}
+    _, paper = TrainConfig.resolve(preset="paper").quantizer_kind_and_kwargs(64)
+    assert (paper["solver"], paper["ws_weight"], paper["kl_reduction"], paper["codebook_init"], paper["codebook_update"]) == (
+        "exact", 1e-3, "mean", "normal", "gradient")
+
+
+def test_saved_configs_that_predate_an_option_keep_the_behaviour_they_were_trained_with(tmp_path):
+    from vqwae.models import NetworkConfig, VQAutoencoder
+    from vqwae.runs import read_train_config
+
+    old = TrainConfig(model="vqwae").to_dict()
+    del old["codebook_update"]  # a run saved before the option existed trained its codebook by gradient
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    assert read_train_config(tmp_path).codebook_update == "gradient"
+    assert TrainConfig.resolve().codebook_update == "transport"  # while new runs get the new default
+    model = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", codebook_update="gradient")
+    model.save_pretrained(tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "model_config.json").read_text())
+    del cfg["quantizer"]["codebook_update"]
+    (tmp_path / "m" / "model_config.json").write_text(json.dumps(cfg))
+    loaded = VQAutoencoder.from_pretrained(tmp_path / "m")
+    assert loaded.quantizer.config.codebook_update == "gradient" and loaded.quantizer.embedding.requires_grad
+
+
 def test_cli_train_and_errors(tmp_path):
     out = tmp_path / "cli"
     base = [sys.executable, "-m", "vqwae", "train", "--out", str(out), "--dataset", "digits", "--train-limit", "64",

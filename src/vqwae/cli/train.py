@@ -29,7 +29,7 @@ def train_command(
     codebook_update: Optional[str] = Opt(None, help="vqwae codebook learning: transport (EMA of the OT plan's barycentres) | gradient (the paper)  [default: transport]"),
     codebook_decay: Optional[float] = Opt(None, help="vqwae, transport codebook: EMA decay  [default: 0.95]"),
     shared_pi: Optional[bool] = Opt(None, "--shared-pi/--per-position-pi", help="vqwae: one pi for all positions."),
-    ws_weight: Optional[float] = Opt(None, help="vqwae: lambda on the WS term  [default: 1e-3]"),
+    ws_weight: Optional[float] = Opt(None, help="vqwae: lambda on the WS term  [default: 3e-3; the paper 1e-3]"),
     kl_weight: Optional[float] = Opt(None, help="vqwae: lambda_r on KL(pi || U)  [default: 1.0]"),
     kl_reduction: Optional[str] = Opt(None, help="vqwae: sum (paper) | mean (authors' code)"),
     pi_init: Optional[str] = Opt(None, help="vqwae: uniform | peaked | gaussian"),

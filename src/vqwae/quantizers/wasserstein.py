@@ -58,7 +58,7 @@ class WassersteinConfig:
     dim: int = 64  # D, the codeword dimension
     num_positions: int | None = 64  # M = H*W: one pi per latent position; None: one pi shared by all
     solver: str = "semidiscrete"  # "semidiscrete" | "exact" | "sinkhorn" | "dual"
-    ws_weight: float = 1e-3  # lambda, on sum_m W^m
+    ws_weight: float = 3e-3  # lambda, on sum_m W^m (the paper: 1e-3; BENCHMARKS.md section 5 measures both)
     kl_weight: float = 1.0  # lambda_r, on sum_m KL(pi^m || U_K)
     kl_reduction: str = "sum"  # "sum" over codes (the paper) | "mean" (/K, the authors' code)
     pi_init: str = "uniform"  # "uniform" | "peaked" | "gaussian" (the controllability ablation)

@@ -45,7 +45,7 @@ class TrainConfig:
     codebook_update: str = "transport"  # vqwae: "transport" (EMA of the plan's barycentres) | "gradient" (the paper)
     codebook_decay: float = 0.95  # vqwae, codebook_update="transport": EMA decay
     shared_pi: bool = False  # vqwae: one pi for all positions (the authors' "global" variant)
-    ws_weight: float = 1e-3  # vqwae: lambda
+    ws_weight: float = 3e-3  # vqwae: lambda (the paper, and --preset paper: 1e-3)
     kl_weight: float = 1.0  # vqwae: lambda_r
     kl_reduction: str = "sum"  # vqwae: "sum" (the paper) | "mean" (/K, the authors' code)
     pi_init: str = "uniform"  # vqwae: "uniform" | "peaked" | "gaussian"
