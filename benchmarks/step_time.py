@@ -25,7 +25,8 @@ from vqwae.models import NetworkConfig, VQAutoencoder
 
 MODELS = {
     "vqvae": ("vector", {}),
-    "semidiscrete": ("wasserstein", dict(solver="semidiscrete", codebook_init="data")),  # the default
+    "semidiscrete": ("wasserstein", {}),  # WassersteinQuantizer's defaults (semidiscrete, data start, transport update)
+    "semidiscrete-gradient": ("wasserstein", dict(codebook_update="gradient")),  # the codebook by Adam, as the paper
     "sinkhorn": ("wasserstein", dict(solver="sinkhorn")),
     "sinkhorn-fast": ("wasserstein", dict(solver="sinkhorn", sinkhorn_iters=5, sinkhorn_tol=0.0)),
     "dual": ("wasserstein", dict(solver="dual")),

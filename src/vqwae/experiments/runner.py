@@ -16,11 +16,14 @@ import torch
 
 from vqwae.experiments.suite import Budget, RunSpec
 from vqwae.runs import read_eval
-from vqwae.training.config import TrainConfig
+from vqwae.training.config import SAVED_BEFORE, TrainConfig
 
 
 def run_dir_for(out: Path, spec: RunSpec, values: dict) -> Path:
-    key = json.dumps({k: v for k, v in sorted(values.items()) if k != "out"}, sort_keys=True, default=str)
+    # A setting equal to what runs did before the option existed (SAVED_BEFORE) leaves the key unchanged, so
+    # runs trained before the option was added are still found (their config.json reads back the same way).
+    key = json.dumps({k: v for k, v in sorted(values.items())
+                      if k != "out" and not (k in SAVED_BEFORE and v == SAVED_BEFORE[k])}, sort_keys=True, default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return Path(out) / "runs" / spec.dataset / f"{spec.model}-{digest}"
 
