@@ -27,7 +27,7 @@ def train_command(
     solver: Optional[str] = Opt(None, help="vqwae OT solver: semidiscrete | exact | sinkhorn | dual  [default: semidiscrete]"),
     codebook_init: Optional[str] = Opt(None, help="vqwae codebook start: data | normal (the authors' N(0,1))  [default: data]"),
     codebook_update: Optional[str] = Opt(None, help="vqwae codebook learning: transport (EMA of the OT plan's barycentres) | gradient (the paper)  [default: transport]"),
-    codebook_decay: Optional[float] = Opt(None, help="vqwae, transport codebook: EMA decay  [default: 0.95]"),
+    codebook_decay: Optional[float] = Opt(None, help="vqwae, transport codebook: EMA decay  [default: 0.99]"),
     shared_pi: Optional[bool] = Opt(None, "--shared-pi/--per-position-pi", help="vqwae: one pi for all positions."),
     ws_weight: Optional[float] = Opt(None, help="vqwae: lambda on the WS term  [default: 3e-3; the paper 1e-3]"),
     kl_weight: Optional[float] = Opt(None, help="vqwae: lambda_r on KL(pi || U)  [default: 1.0]"),

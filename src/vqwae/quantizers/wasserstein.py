@@ -77,7 +77,7 @@ class WassersteinConfig:
     codebook_init: str = "data"  # "data": K latents of the first training batch | "normal": N(0, 1), the authors
     codebook_update: str = "transport"  # "transport": each code moves to an EMA of the latents the OT plan sends it
     #                                   | "gradient": the optimiser steps the codebook on the WS term (the paper)
-    codebook_decay: float = 0.95  # codebook_update="transport": EMA decay of the transported counts and sums
+    codebook_decay: float = 0.99  # codebook_update="transport": EMA decay of the transported counts and sums
     chunk_entries: int = CHUNK_ENTRIES  # semidiscrete: (latent, code) distances materialised at once
 
 

@@ -43,7 +43,7 @@ class TrainConfig:
     solver: str = "semidiscrete"  # vqwae: "semidiscrete" (fast, BENCHMARKS.md) | "exact" | "sinkhorn" | "dual"
     codebook_init: str = "data"  # vqwae: "data" (K latents of the first batch) | "normal" (N(0,1), the authors)
     codebook_update: str = "transport"  # vqwae: "transport" (EMA of the plan's barycentres) | "gradient" (the paper)
-    codebook_decay: float = 0.95  # vqwae, codebook_update="transport": EMA decay
+    codebook_decay: float = 0.99  # vqwae, codebook_update="transport": EMA decay
     shared_pi: bool = False  # vqwae: one pi for all positions (the authors' "global" variant)
     ws_weight: float = 3e-3  # vqwae: lambda (the paper, and --preset paper: 1e-3)
     kl_weight: float = 1.0  # vqwae: lambda_r
