@@ -220,7 +220,8 @@ def _ddp_worker(rank, world, port, path):
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.manual_seed(0)  # identical quantizers
-    q = WassersteinQuantizer(num_codes=16, dim=4, num_positions=4, codebook_init="data").train()
+    q = WassersteinQuantizer(num_codes=16, dim=4, num_positions=4, codebook_init="data",
+                             codebook_update="transport").train()  # the transport EMA is all-reduced
     torch.manual_seed(100 + rank)  # different batches per rank
     for _ in range(3):
         q(torch.randn(5, 4, 2, 2)).loss.backward()
