@@ -10,8 +10,8 @@ from vqwae.quantizers import WassersteinQuantizer
 
 def test_exact_plan_update_moves_each_code_to_the_barycentre_of_its_transported_latents():
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=6, dim=3, num_positions=1, solver="exact", codebook_update="transport", codebook_init="normal",
-                             codebook_decay=0.0).train()
+    q = WassersteinQuantizer(num_codes=6, dim=3, num_positions=1, solver="exact", codebook_update="transport",
+                             codebook_init="normal", codebook_decay=0.0).train()
     z = torch.randn(10, 3, 1, 1) * 2 + 1
     before = q.embedding.detach().clone().double()
     q(z)
@@ -24,8 +24,8 @@ def test_exact_plan_update_moves_each_code_to_the_barycentre_of_its_transported_
 
 def test_semidiscrete_update_uses_the_power_assignment_not_the_nearest_code():
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=8, dim=2, num_positions=1, codebook_update="transport", codebook_init="normal",
-                             codebook_decay=0.0).train()
+    q = WassersteinQuantizer(num_codes=8, dim=2, num_positions=1, codebook_update="transport",
+                             codebook_init="normal", codebook_decay=0.0).train()
     with torch.no_grad():  # a potential that makes the power cells differ from the nearest-code cells
         q.potential_scale.fill_(1.0)
         q.code_potential.copy_(torch.linspace(-2, 2, 8)[None])
@@ -43,8 +43,8 @@ def test_semidiscrete_update_uses_the_power_assignment_not_the_nearest_code():
 
 def test_ema_averages_the_plans_of_successive_steps():
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=4, dim=2, num_positions=1, solver="exact", codebook_update="transport", codebook_init="normal",
-                             codebook_decay=0.5).train()
+    q = WassersteinQuantizer(num_codes=4, dim=2, num_positions=1, solver="exact", codebook_update="transport",
+                             codebook_init="normal", codebook_decay=0.5).train()
     with torch.no_grad():
         q.embedding.copy_(torch.tensor([[0.0, 0], [1, 0], [0, 1], [1, 1]]))
     a = torch.tensor([[0.0, 0], [2, 0], [0, 2], [2, 2]])  # each code gets one latent (uniform pi, 4 latents)
@@ -70,8 +70,8 @@ def test_the_optimiser_never_sees_the_codebook_and_eval_leaves_it_alone():
 def test_latent_gradient_uses_the_codes_the_latents_were_assigned_to():
     # The codebook moves in place during forward; the backward must still use the codes of this step's plan.
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=8, dim=2, num_positions=1, codebook_update="transport", codebook_init="normal",
-                             codebook_decay=0.0, ws_weight=1.0, learn_pi=False).train()
+    q = WassersteinQuantizer(num_codes=8, dim=2, num_positions=1, codebook_update="transport",
+                             codebook_init="normal", codebook_decay=0.0, ws_weight=1.0, learn_pi=False).train()
     z = torch.randn(16, 2, 1, 1, requires_grad=True)
     before = q.embedding.detach().clone()
     assigned, _, _ = assign(z.detach().reshape(16, 1, 2), before, None)  # zero potential: nearest codes
