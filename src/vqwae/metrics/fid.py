@@ -135,8 +135,7 @@ def default_num_threads() -> int:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         n = os.cpu_count() or 1
-    busy = _runnable_others()
-    return max(1, min(n, n - busy))
+    return max(1, n - _runnable_others())
 
 
 def _runnable_others(readings: int = 5, interval: float = 0.02, path: str = "/proc/loadavg") -> int:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import torch
 
+from vqwae.metrics.usage import code_histogram
+
 # Largest number of (latent, code) entries materialised at once (64 MiB of float32), whatever K and N.
 CHUNK_ENTRIES = 1 << 24
 
@@ -96,11 +98,8 @@ def semi_dual_value(
 
 def assignment_mass(assigned: torch.Tensor, groups: int, num_codes: int, dtype=torch.float32) -> torch.Tensor:
     """(G, K) fraction of each group's latents assigned to each code, for assignments (N, G)."""
-    flat = (assigned + torch.arange(groups, device=assigned.device) * num_codes).reshape(-1)
-    # index_add_, not bincount: on CUDA bincount reads the input's maximum back to the host.
-    counts = torch.zeros(groups * num_codes, dtype=dtype, device=assigned.device)
-    counts.index_add_(0, flat, torch.ones(flat.shape[0], dtype=dtype, device=assigned.device))
-    return counts.view(groups, num_codes) / assigned.shape[0]
+    flat = assigned + torch.arange(groups, device=assigned.device) * num_codes  # group-major code ids
+    return code_histogram(flat, groups * num_codes, dtype).view(groups, num_codes) / assigned.shape[0]
 
 
 @torch.no_grad()

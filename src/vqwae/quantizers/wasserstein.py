@@ -192,6 +192,10 @@ class WassersteinQuantizer(Quantizer):
     def _gathered(self) -> bool:
         return self.config.global_batch and dist.is_available() and dist.is_initialized()
 
+    def _per_rank_batches(self) -> bool:
+        """Under DDP without ``global_batch`` each rank sees its own latents: statistics are all-reduced."""
+        return dist.is_available() and dist.is_initialized() and not self.config.global_batch
+
     def _by_group(self, flat: torch.Tensor) -> torch.Tensor:
         """(B, M, D) -> (N, G, D) without copying: rows of a group are its latents (semidiscrete layout)."""
         b, m, d = flat.shape
@@ -226,9 +230,12 @@ class WassersteinQuantizer(Quantizer):
                 _, assigned, quant_err = assign(xg.detach(), c.detach(), g, cfg.chunk_entries)
             value = semi_dual_value(xg, c, assigned, g, log_pi)
             if self.training:
-                self._ascend(assigned, quant_err, log_pi.detach().exp())
-            if transport_update:
-                self._transport_update(xg.detach().reshape(-1, self.dim), assigned.reshape(-1))
+                n, groups = assigned.shape
+                mass = assignment_mass(assigned, groups, self.num_codes)  # (G, K), shared by both updates
+                self._ascend(mass, quant_err, log_pi.detach().exp())
+                if transport_update:
+                    self._transport_update(xg.detach().reshape(-1, self.dim), assigned=assigned.reshape(-1),
+                                           counts=mass.sum(0) * n)
             return scale * value
 
         x = self._groups(flat)  # (G, N, D)
@@ -264,15 +271,14 @@ class WassersteinQuantizer(Quantizer):
         return scale * (transport_cost(plan, x, c) + potential_term - potential_term.detach())
 
     @torch.no_grad()
-    def _ascend(self, assigned: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor) -> None:
-        """One stochastic ascent step on the (normalised) potential and the EMA of the cost scale. Under DDP
-        with per-rank batches, the assignment mass and the scale are averaged over ranks (one small
-        all-reduce) so every rank keeps the same potential."""
+    def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor) -> None:
+        """One stochastic ascent step on the (normalised) potential, given this rank's assignment ``mass``
+        (G, K), and the EMA of the cost scale. Under DDP with per-rank batches, the mass and the scale are
+        averaged over ranks (one small all-reduce) so every rank keeps the same potential."""
         cfg = self.config
         err = quant_err.detach().reshape(()).to(pi.dtype)
-        g, k = self.code_potential.shape
-        mass = assignment_mass(assigned, g, k, pi.dtype)
-        if dist.is_available() and dist.is_initialized() and not self._gathered():
+        g, k = mass.shape
+        if self._per_rank_batches():
             packed = torch.cat([mass.reshape(-1), err.reshape(1)])
             dist.all_reduce(packed)
             packed /= dist.get_world_size()
@@ -284,7 +290,7 @@ class WassersteinQuantizer(Quantizer):
 
     @torch.no_grad()
     def _transport_update(self, x: torch.Tensor, assigned: torch.Tensor | None = None,
-                          plan: torch.Tensor | None = None) -> None:
+                          counts: torch.Tensor | None = None, plan: torch.Tensor | None = None) -> None:
         """codebook_update="transport": move every code to the (EMA) barycentre of the latents transported to it.
 
         For a fixed plan P, argmin_C sum_ik P_ik ||z_i - c_k||^2 is c_k = sum_i P_ik z_i / sum_i P_ik: this is the
@@ -293,19 +299,19 @@ class WassersteinQuantizer(Quantizer):
         EMA variant does with nearest codes. Because the plan sends every code its share pi_k of each position's
         latents, no code is left without data (VQ-VAE's EMA starves codes no latent is nearest to).
 
-        Args: either ``assigned`` (N,) codes of the latents x (N, D) under the transport map (semidiscrete), or
-        the ``plan`` (G, N, K) between x (G, N, D) and the codebook (exact, sinkhorn, dual; rows sum to 1/N).
+        Args: either ``assigned`` (N,) codes of the latents x (N, D) under the transport map and their
+        ``counts`` per code (K,) (semidiscrete), or the ``plan`` (G, N, K) between x (G, N, D) and the codebook
+        (exact, sinkhorn, dual; rows sum to 1/N).
         """
         k, decay = self.num_codes, self.config.codebook_decay
         if plan is None:
-            mass = torch.zeros(k, dtype=x.dtype, device=x.device).index_add_(  # not bincount: no host sync on CUDA
-                0, assigned, torch.ones(assigned.shape[0], dtype=x.dtype, device=x.device))
+            mass = counts.to(x.dtype)
             sums = torch.zeros(k, self.dim, dtype=x.dtype, device=x.device).index_add_(0, assigned, x)
         else:
             n = plan.shape[1]  # latents per group: counts in units of latents, as the assignment's
             mass = plan.sum((0, 1)) * n
             sums = torch.einsum("gnk,gnd->kd", plan.to(x.dtype), x) * n
-        if dist.is_available() and dist.is_initialized() and not self._gathered():
+        if self._per_rank_batches():
             packed = torch.cat([mass[:, None], sums], dim=1)  # one all-reduce: every rank keeps the same codebook
             dist.all_reduce(packed)
             mass, sums = packed[:, 0], packed[:, 1:]

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import yaml
 
+from vqwae.quantizers.wasserstein import CODEBOOK_INITS, CODEBOOK_UPDATES, PI_INITS, SOLVERS
+from vqwae.quantizers.wasserstein import SAVED_BEFORE as WASSERSTEIN_SAVED_BEFORE
+
 MODELS = ("vqwae", "vqvae", "sqvae")
 PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -24,8 +27,8 @@ PRESETS: dict[str, dict] = {
 
 
 # Fields added after runs were first saved, with the value that reproduces what such a run did: a config.json
-# without the key was trained this way (the current default may differ).
-SAVED_BEFORE: dict = {"codebook_update": "gradient"}
+# without the key was trained this way (the current default may differ). Today all are quantizer options.
+SAVED_BEFORE: dict = dict(WASSERSTEIN_SAVED_BEFORE)
 
 
 @dataclass(frozen=True)
@@ -79,9 +82,8 @@ class TrainConfig:
         from vqwae.data import DATASETS
 
         checks = {"model": MODELS, "precision": PRECISIONS, "dataset": DATASETS,
-                  "solver": ("semidiscrete", "exact", "sinkhorn", "dual"), "pi_init": ("uniform", "peaked", "gaussian"),
-                  "codebook_init": ("data", "normal"), "codebook_update": ("transport", "gradient"),
-                  "kl_reduction": ("sum", "mean")}
+                  "solver": SOLVERS, "pi_init": PI_INITS, "codebook_init": CODEBOOK_INITS,
+                  "codebook_update": CODEBOOK_UPDATES, "kl_reduction": ("sum", "mean")}
         for name, valid in checks.items():
             value = getattr(self, name)
             if name == "dataset":
