@@ -2,22 +2,24 @@
 
     from vqwae.quantizers import WassersteinQuantizer, VectorQuantizer, StochasticQuantizer
 """
-from vqwae.quantizers.base import Quantizer, QuantizerOutput
-from vqwae.quantizers.stochastic import StochasticConfig, StochasticQuantizer
-from vqwae.quantizers.vector import VectorConfig, VectorQuantizer
-from vqwae.quantizers.wasserstein import WassersteinConfig, WassersteinQuantizer
+from vqwae.quantizers.base import CodebookShape, Quantizer, QuantizerOutput
+from vqwae.quantizers.stochastic import StochasticConfig, StochasticOptions, StochasticQuantizer
+from vqwae.quantizers.vector import VectorConfig, VectorOptions, VectorQuantizer
+from vqwae.quantizers.wasserstein import WassersteinConfig, WassersteinOptions, WassersteinQuantizer
 
 QUANTIZERS = {q.kind: q for q in (WassersteinQuantizer, VectorQuantizer, StochasticQuantizer)}
 
 
-def build_quantizer(kind: str, **kwargs) -> Quantizer:
-    """Build a quantizer from its registry name ("wasserstein", "vector", "stochastic") and config fields."""
+def build_quantizer(kind: str, config=None, **options) -> Quantizer:
+    """Build a quantizer from its registry name ("wasserstein", "vector", "stochastic") and its config object
+    and / or config fields."""
     if kind not in QUANTIZERS:
         raise ValueError(f"unknown quantizer {kind!r}; valid: {', '.join(QUANTIZERS)}")
-    return QUANTIZERS[kind](**kwargs)
+    return QUANTIZERS[kind](config, **options)
 
 
 __all__ = [
     "Quantizer", "QuantizerOutput", "WassersteinQuantizer", "VectorQuantizer", "StochasticQuantizer",
-    "WassersteinConfig", "VectorConfig", "StochasticConfig", "QUANTIZERS", "build_quantizer",
+    "WassersteinConfig", "VectorConfig", "StochasticConfig", "WassersteinOptions", "VectorOptions",
+    "StochasticOptions", "CodebookShape", "QUANTIZERS", "build_quantizer",
 ]

@@ -10,6 +10,7 @@ import torch.distributed as dist
 from torch import nn
 
 from vqwae.metrics.usage import code_histogram, perplexity_from_counts
+from vqwae.options import check_fields, option
 from vqwae.ot.cost import nearest_code
 
 
@@ -29,16 +30,38 @@ def _choice(name: str, value, valid) -> None:
         raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(repr, valid))}")
 
 
+@dataclass(frozen=True)
+class CodebookShape:
+    """The codebook's size, shared by every quantizer's config (the method's own options come from a
+    second base class, e.g. ``WassersteinOptions``, which is what a training config holds)."""
+
+    num_codes: int = option(512, "K, the number of codewords", min=1)
+    dim: int = option(64, "D, the codeword (and latent) dimension", min=1)
+
+    def __post_init__(self):
+        check_fields(self)
+
+
 class Quantizer(nn.Module):
-    """Base class. Subclasses hold a frozen ``config`` dataclass (serialised by ``save_pretrained``)."""
+    """Base class. A quantizer is built from its frozen config, or from keyword options of that config:
+
+        WassersteinQuantizer(num_codes=512, dim=64)          # drop-in
+        WassersteinQuantizer(WassersteinConfig(...))         # from a config object (what training does)
+    """
 
     kind: str = ""  # registry name, set by subclasses
+    config_class: type = CodebookShape  # set by subclasses
 
-    def __init__(self, num_codes: int, dim: int):
+    def __init__(self, config=None, **options):
         super().__init__()
-        if num_codes < 1 or dim < 1:
-            raise ValueError(f"num_codes and dim must be positive, got num_codes={num_codes}, dim={dim}")
-        self.num_codes, self.dim = num_codes, dim
+        if config is None:
+            config = self.config_class(**options)
+        elif not isinstance(config, self.config_class):
+            raise TypeError(f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}")
+        elif options:
+            config = dataclasses.replace(config, **options)
+        self.config = config
+        self.num_codes, self.dim = config.num_codes, config.dim
 
     # ---- to be provided by subclasses -------------------------------------------------------------
     @property

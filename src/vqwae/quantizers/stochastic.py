@@ -19,26 +19,50 @@ import torch.nn.functional as F
 from torch import nn
 
 from vqwae.ot.cost import squared_distances
-from vqwae.quantizers.base import Quantizer, QuantizerOutput, fp32
+from vqwae.options import check_fields, option
+from vqwae.quantizers.base import CodebookShape, Quantizer, QuantizerOutput, fp32
 
 
 @dataclass(frozen=True)
-class StochasticConfig:
-    num_codes: int = 512  # K
-    dim: int = 64  # D
-    log_var_init: float = math.log(20.0)  # s at start; the authors use log 20 (CIFAR-10), log 10 (MNIST)
-    temperature_decay: float = 1e-5  # tau = exp(-decay * step)
-    min_temperature: float = 1e-3  # floor on tau, only to keep the Gumbel-softmax finite on very long runs
+class StochasticOptions:
+    """SQ-VAE's options (a training config's ``sqvae`` section)."""
+
+    log_var_init: float | None = option(
+        None, "sqvae: initial s, sigma^2 = 1 + exp(s) (None: the authors' log 10 for MNIST, log 20 otherwise)",
+        flat="sq_log_var_init")
+    temperature_decay: float = option(1e-5, "sqvae: tau = exp(-decay * step)", min=0, flat="sq_temperature_decay")
+    min_temperature: float = option(1e-3, "sqvae: floor on tau (keeps the Gumbel-softmax finite on long runs)",
+                                    min=0, flat="sq_min_temperature")
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class StochasticConfig(StochasticOptions, CodebookShape):
+    """Everything a ``StochasticQuantizer`` is built from."""
+
+    def __post_init__(self):
+        CodebookShape.__post_init__(self)
+        StochasticOptions.__post_init__(self)
+
+
+def initial_log_var(dataset: str | None) -> float:
+    """The authors' initial s: log 10 on MNIST, log 20 otherwise."""
+    return math.log(10.0) if dataset == "mnist" else math.log(20.0)
 
 
 class StochasticQuantizer(Quantizer):
     kind = "stochastic"
+    config_class = StochasticConfig
 
-    def __init__(self, num_codes: int = 512, dim: int = 64, **kwargs):
-        super().__init__(num_codes, dim)
-        self.config = cfg = StochasticConfig(num_codes=num_codes, dim=dim, **kwargs)
+    def __init__(self, config: StochasticConfig | None = None, **options):
+        super().__init__(config, **options)
+        cfg = self.config
+        num_codes, dim = cfg.num_codes, cfg.dim
         self.embedding = nn.Parameter(torch.randn(num_codes, dim))
-        self.log_var = nn.Parameter(torch.tensor(float(cfg.log_var_init)))
+        log_var = initial_log_var(None) if cfg.log_var_init is None else cfg.log_var_init
+        self.log_var = nn.Parameter(torch.tensor(float(log_var)))
         self.register_buffer("step", torch.zeros((), dtype=torch.long))  # drives the temperature
 
     @property

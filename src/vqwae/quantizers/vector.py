@@ -19,26 +19,43 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from vqwae.quantizers.base import Quantizer, QuantizerOutput, fp32
+from vqwae.options import check_fields, option
+from vqwae.quantizers.base import CodebookShape, Quantizer, QuantizerOutput, fp32
 
 
 @dataclass(frozen=True)
-class VectorConfig:
-    num_codes: int = 512  # K
-    dim: int = 64  # D
-    beta: float = 0.25  # commitment weight
-    legacy_beta: bool = False  # True: beta on the codebook term, as in the authors' code
-    ema: bool = False  # EMA codebook updates instead of the codebook loss
-    decay: float = 0.99  # EMA decay
-    ema_epsilon: float = 1e-5  # Laplace smoothing of the EMA cluster sizes
+class VectorOptions:
+    """VQ-VAE's options (a training config's ``vqvae`` section)."""
+
+    beta: float = option(0.25, "vqvae: commitment weight beta", min=0)
+    legacy_beta: bool = option(False, "vqvae: beta on the codebook term, as in the authors' code",
+                               negative="paper-beta")
+    ema: bool = option(False, "vqvae: EMA codebook updates instead of the codebook loss")
+    decay: float = option(0.99, "vqvae --ema: EMA decay", min=0, below=1, flat="vq_decay")
+    ema_epsilon: float = option(1e-5, "vqvae --ema: Laplace smoothing of the EMA cluster sizes", min=0,
+                                flat="vq_ema_epsilon")
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class VectorConfig(VectorOptions, CodebookShape):
+    """Everything a ``VectorQuantizer`` is built from."""
+
+    def __post_init__(self):
+        CodebookShape.__post_init__(self)
+        VectorOptions.__post_init__(self)
 
 
 class VectorQuantizer(Quantizer):
     kind = "vector"
+    config_class = VectorConfig
 
-    def __init__(self, num_codes: int = 512, dim: int = 64, **kwargs):
-        super().__init__(num_codes, dim)
-        self.config = cfg = VectorConfig(num_codes=num_codes, dim=dim, **kwargs)
+    def __init__(self, config: VectorConfig | None = None, **options):
+        super().__init__(config, **options)
+        cfg = self.config
+        num_codes, dim = cfg.num_codes, cfg.dim
         self.embedding = nn.Parameter(torch.randn(num_codes, dim), requires_grad=not cfg.ema)  # N(0, 1)
         self.register_buffer("ema_cluster_size", torch.zeros(num_codes))
         self.register_buffer("ema_embed_sum", self.embedding.detach().clone())

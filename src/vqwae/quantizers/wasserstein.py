@@ -42,7 +42,8 @@ from vqwae.ot.dual import KantorovichPotential, semi_dual
 from vqwae.ot.exact import exact_plans
 from vqwae.ot.semidiscrete import CHUNK_ENTRIES, ascend_potential, assign, assignment_mass, semi_dual_value
 from vqwae.ot.sinkhorn import sinkhorn_log
-from vqwae.quantizers.base import Quantizer, QuantizerOutput, _choice, fp32
+from vqwae.options import check_fields, option
+from vqwae.quantizers.base import CodebookShape, Quantizer, QuantizerOutput, _choice, fp32
 
 SOLVERS = ("semidiscrete", "exact", "sinkhorn", "dual")
 PI_INITS = ("uniform", "peaked", "gaussian")
@@ -53,32 +54,60 @@ SAVED_BEFORE = {"codebook_update": "gradient"}
 
 
 @dataclass(frozen=True)
-class WassersteinConfig:
-    num_codes: int = 512  # K
-    dim: int = 64  # D, the codeword dimension
-    num_positions: int | None = 64  # M = H*W: one pi per latent position; None: one pi shared by all
-    solver: str = "semidiscrete"  # "semidiscrete" | "exact" | "sinkhorn" | "dual"
-    ws_weight: float = 3e-3  # lambda, on sum_m W^m (the paper: 1e-3; BENCHMARKS.md section 5 measures both)
-    kl_weight: float = 1.0  # lambda_r, on sum_m KL(pi^m || U_K)
-    kl_reduction: str = "sum"  # "sum" over codes (the paper) | "mean" (/K, the authors' code)
-    pi_init: str = "uniform"  # "uniform" | "peaked" | "gaussian" (the controllability ablation)
-    learn_pi: bool = True  # False keeps pi fixed at its initial value
-    epsilon: float = 0.05  # sinkhorn / dual: entropic regularisation, relative to the batch's mean cost
-    sinkhorn_iters: int = 50  # sinkhorn: iteration cap
-    sinkhorn_tol: float = 1e-3  # sinkhorn: marginal-error tolerance (0: run all iterations, no host sync)
-    warm_start: bool = True  # sinkhorn: start from the previous step's code potential
-    phi_iterations: int = 5  # dual: inner ascent steps on phi per training step
-    phi_lr: float = 1e-3  # dual: inner Adam learning rate
-    phi_hidden: int = 64  # dual: hidden width of each potential MLP
-    global_batch: bool = False  # DDP: solve the OT over latents gathered from all ranks
-    potential_lr: float = 0.01  # semidiscrete: ascent step on g (in units of the cost scale) per step, x K
-    potential_pooling: float = 4.0  # semidiscrete: weight of the potential's component shared by positions
-    scale_decay: float = 0.9  # semidiscrete: EMA decay of the cost scale (the batches' quantization error)
-    codebook_init: str = "data"  # "data": K latents of the first training batch | "normal": N(0, 1), the authors
-    codebook_update: str = "transport"  # "transport": each code moves to an EMA of the latents the OT plan sends it
-    #                                   | "gradient": the optimiser steps the codebook on the WS term (the paper)
-    codebook_decay: float = 0.99  # codebook_update="transport": EMA decay of the transported counts and sums
-    chunk_entries: int = CHUNK_ENTRIES  # semidiscrete: (latent, code) distances materialised at once
+class WassersteinOptions:
+    """VQ-WAE's options (a training config's ``vqwae`` section); the sizes come from ``CodebookShape``."""
+
+    solver: str = option("semidiscrete", "vqwae: the OT solver for the WS term", choices=SOLVERS)
+    ws_weight: float = option(3e-3, "vqwae: lambda, on sum_m W^m (the paper, --preset paper: 1e-3; "
+                              "BENCHMARKS.md section 5 measures both)", min=0)
+    kl_weight: float = option(1.0, "vqwae: lambda_r, on sum_m KL(pi^m || U_K)", min=0)
+    kl_reduction: str = option("sum", "vqwae: KL over codes: sum (the paper) or mean (/K, the authors' code)",
+                               choices=("sum", "mean"))
+    pi_init: str = option("uniform", "vqwae: initial pi (peaked, gaussian: the controllability ablation)",
+                          choices=PI_INITS)
+    learn_pi: bool = option(True, "vqwae: learn pi (--fixed-pi keeps its initial value)", negative="fixed-pi")
+    epsilon: float = option(0.05, "vqwae sinkhorn / dual: entropic regularisation, relative to the batch's mean cost",
+                            min=0)
+    sinkhorn_iters: int = option(50, "vqwae sinkhorn: iteration cap", min=1)
+    sinkhorn_tol: float = option(1e-3, "vqwae sinkhorn: marginal-error tolerance (0: run all iterations, no host sync)",
+                                 min=0)
+    warm_start: bool = option(True, "vqwae sinkhorn: start from the previous step's code potential")
+    phi_iterations: int = option(5, "vqwae dual: inner ascent steps on phi per training step", min=0)
+    phi_lr: float = option(1e-3, "vqwae dual: inner Adam learning rate", min=0)
+    phi_hidden: int = option(64, "vqwae dual: hidden width of each potential MLP", min=1)
+    global_batch: bool = option(False, "vqwae under DDP: solve the OT over the latents of all ranks",
+                                negative="local-batch")
+    potential_lr: float = option(0.01, "vqwae semidiscrete: ascent step on g per step (cost-scale units, x K)", min=0)
+    potential_pooling: float = option(4.0, "vqwae semidiscrete: weight of the potential's component shared by "
+                                      "positions", min=0)
+    scale_decay: float = option(0.9, "vqwae semidiscrete: EMA decay of the cost scale (the quantization error)",
+                                min=0, below=1)
+    codebook_init: str = option("data", "vqwae: codebook start: data (K latents of the first training batch) or "
+                                "normal (N(0, 1), the authors)", choices=CODEBOOK_INITS)
+    codebook_update: str = option("transport", "vqwae: transport (each code moves to an EMA of the latents the OT "
+                                  "plan sends it) or gradient (the optimiser steps it on the WS term: the paper)",
+                                  choices=CODEBOOK_UPDATES)
+    codebook_decay: float = option(0.99, "vqwae, transport codebook: EMA decay of the transported counts and sums",
+                                   min=0, below=1)
+    chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
+                                min=1)
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class WassersteinConfig(WassersteinOptions, CodebookShape):
+    """Everything a ``WassersteinQuantizer`` is built from."""
+
+    num_positions: int | None = option(64, "M = H*W: one pi per latent position; None: one pi shared by all",
+                                       min=1)
+
+    def __post_init__(self):
+        CodebookShape.__post_init__(self)
+        WassersteinOptions.__post_init__(self)
+        if self.num_positions is not None and self.num_positions < 1:
+            raise ValueError(f"num_positions must be positive or None, got {self.num_positions}")
 
 
 def initial_pi(kind: str, groups: int, num_codes: int) -> torch.Tensor:
@@ -117,19 +146,12 @@ class WassersteinQuantizer(Quantizer):
     """
 
     kind = "wasserstein"
+    config_class = WassersteinConfig
 
-    def __init__(self, num_codes: int = 512, dim: int = 64, **kwargs):
-        super().__init__(num_codes, dim)
-        self.config = cfg = WassersteinConfig(num_codes=num_codes, dim=dim, **kwargs)
-        _choice("solver", cfg.solver, SOLVERS)
-        _choice("pi_init", cfg.pi_init, PI_INITS)
-        _choice("kl_reduction", cfg.kl_reduction, ("sum", "mean"))
-        _choice("codebook_init", cfg.codebook_init, CODEBOOK_INITS)
-        _choice("codebook_update", cfg.codebook_update, CODEBOOK_UPDATES)
-        if not 0.0 <= cfg.codebook_decay < 1.0:
-            raise ValueError(f"codebook_decay must be in [0, 1), got {cfg.codebook_decay}")
-        if cfg.num_positions is not None and cfg.num_positions < 1:
-            raise ValueError(f"num_positions must be positive or None, got {cfg.num_positions}")
+    def __init__(self, config: WassersteinConfig | None = None, **options):
+        super().__init__(config, **options)
+        cfg = self.config
+        num_codes, dim = cfg.num_codes, cfg.dim
         self.groups = 1 if cfg.num_positions is None else cfg.num_positions
         # N(0, 1), as the authors. With codebook_update="transport" the optimiser does not step it (see _transport_update).
         self.embedding = nn.Parameter(torch.randn(num_codes, dim), requires_grad=cfg.codebook_update == "gradient")
