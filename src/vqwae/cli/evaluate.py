@@ -61,7 +61,7 @@ def _generation(run_dir: Path, n: int, inception_weights, device, limit) -> dict
     from vqwae.metrics.fid import FIDStatsCache, load_inception
     from vqwae.prior.generation import available_priors, generation_fid
     from vqwae.runs import update_eval
-    from vqwae.training.distributed import resolve_device
+    from vqwae.distributed import resolve_device
 
     priors = available_priors(run_dir)
     if not priors:

@@ -29,7 +29,7 @@ prior_app = typer.Typer(help="The stage-two PixelCNN prior over a run's code gri
 
 
 def _device(name: str):
-    from vqwae.training.distributed import resolve_device
+    from vqwae.distributed import resolve_device
 
     try:
         return resolve_device(name)

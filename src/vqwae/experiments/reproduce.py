@@ -252,7 +252,7 @@ def lam(datasets, results, b: Budget, out: Path, **_) -> Section:
 
 def probe(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section:
     from vqwae.runs.studies import probe_run
-    from vqwae.training.distributed import resolve_device
+    from vqwae.distributed import resolve_device
 
     rows, claims = [], []
     for d in datasets:
@@ -276,7 +276,7 @@ def probe(datasets, results, b: Budget, out: Path, device="auto", **_) -> Sectio
 
 def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section:
     from vqwae.runs.studies import tsne_run
-    from vqwae.training.distributed import resolve_device
+    from vqwae.distributed import resolve_device
 
     rows, claims, figures = [], [], []
     for d in datasets:
@@ -303,7 +303,7 @@ def generation(datasets, results, b: Budget, out: Path, device="auto", inception
     from vqwae.metrics.fid import FIDStatsCache, load_inception
     from vqwae.prior.generation import generation_fid, train_run_prior
     from vqwae.runs import update_eval
-    from vqwae.training.distributed import resolve_device
+    from vqwae.distributed import resolve_device
 
     dev = resolve_device(device)
     inception, why = load_inception(inception_weights, device=dev)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from vqwae.distributed import is_distributed
+
 
 def code_histogram(indices: torch.Tensor, num_codes: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Counts of each code in ``indices`` (any shape), as a (K,) tensor of ``dtype``.
@@ -40,7 +42,7 @@ class CodeUsage:
 
     def reduce(self) -> "CodeUsage":
         """Sum the histogram over DDP ranks (no-op outside torch.distributed)."""
-        if dist.is_available() and dist.is_initialized():
+        if is_distributed():
             dist.all_reduce(self.counts)
         return self
 

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from vqwae.distributed import is_distributed
 from vqwae.metrics.usage import code_histogram, perplexity_from_counts
 from vqwae.options import check_fields, option
 from vqwae.ot.cost import nearest_code
@@ -108,7 +109,7 @@ class Quantizer(nn.Module):
     def batch_perplexity(self, indices: torch.Tensor) -> torch.Tensor:
         """Perplexity of this batch's usage histogram, summed over DDP ranks when running distributed."""
         counts = code_histogram(indices.detach(), self.num_codes)
-        if dist.is_available() and dist.is_initialized():
+        if is_distributed():
             dist.all_reduce(counts)
         return perplexity_from_counts(counts).float()
 

@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from vqwae.distributed import is_distributed
 from vqwae.options import check_fields, option
 from vqwae.quantizers.base import CodebookShape, Quantizer, QuantizerOutput, fp32
 
@@ -71,7 +72,7 @@ class VectorQuantizer(Quantizer):
         idx = indices.reshape(-1)
         counts = torch.bincount(idx, minlength=self.num_codes).float()
         sums = torch.zeros_like(self.ema_embed_sum).index_add_(0, idx, x)
-        if dist.is_available() and dist.is_initialized():
+        if is_distributed():
             dist.all_reduce(counts)
             dist.all_reduce(sums)
         self.ema_cluster_size.mul_(cfg.decay).add_(counts, alpha=1 - cfg.decay)

@@ -61,7 +61,7 @@ def evaluate_run(
 ) -> dict:
     """Compute mse, psnr, ssim, lpips, rfid, perplexity and codes used on ``split``; write eval.json
     (merged), the reconstruction grid, the usage histogram (with pi for VQ-WAE) and the training curves."""
-    from vqwae.training.distributed import resolve_device
+    from vqwae.distributed import resolve_device
 
     run_dir = Path(run_dir)
     if split not in ("val", "test"):

@@ -31,7 +31,8 @@ from tqdm.auto import tqdm
 from vqwae.data import load_splits
 from vqwae.metrics.usage import CodeUsage
 from vqwae.models import NetworkConfig, VQAutoencoder
-from vqwae.training import checkpoint, distributed
+from vqwae import distributed
+from vqwae.training import checkpoint
 from vqwae.training.config import TrainConfig
 
 CONFIG_NAME = "config.json"

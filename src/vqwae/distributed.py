@@ -1,4 +1,5 @@
-"""torch.distributed set-up for ``torchrun``: NCCL on GPUs, gloo on CPU; a no-op for a single process."""
+"""torch.distributed for ``torchrun`` (NCCL on GPUs, gloo on CPU; a no-op for a single process), the one
+predicate every module asks ("are we running distributed?"), and the device helper."""
 from __future__ import annotations
 
 import os
@@ -33,13 +34,19 @@ def setup(device: torch.device) -> DistInfo:
     return DistInfo(rank=dist.get_rank(), local_rank=int(os.environ.get("LOCAL_RANK", "0")), world_size=dist.get_world_size())
 
 
+def is_distributed() -> bool:
+    """Whether this process is one rank of an initialised torch.distributed group."""
+    return dist.is_available() and dist.is_initialized()
+
+
 def teardown() -> None:
-    if dist.is_available() and dist.is_initialized():
+    if is_distributed():
         dist.destroy_process_group()
 
 
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
-    if dist.is_available() and dist.is_initialized():
+    """Sum ``t`` in place over the ranks (a no-op for a single process)."""
+    if is_distributed():
         dist.all_reduce(t)
     return t
 
