@@ -12,15 +12,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from vqwae.cli.main import app
-from vqwae.prior.generation import (
-    available_priors,
-    find_prior,
-    fid_against_statistics,
-    generation_fid,
-    load_run_split,
-    real_stats_key,
-)
-from vqwae.runs import read_eval
+from vqwae.runs.layout import load_run_split, read_config, read_eval
+from vqwae.runs.prior import available_priors, fid_against_statistics, find_prior, generation_fid, real_stats_key
 from vqwae.training import TrainConfig, train
 
 TINY_PRIOR = ["--hidden", "8", "--layers", "3", "--epochs", "2", "--max-steps", "3", "--device", "cpu",
@@ -51,7 +44,7 @@ def run_dir(tmp_path_factory) -> Path:
     torch.set_num_threads(1)
     try:
         out = tmp_path_factory.mktemp("stage2") / "run"
-        train(TrainConfig(dataset="digits", train_limit=128, eval_limit=64, num_codes=16, solver="sinkhorn",
+        train(TrainConfig.resolve(dataset="digits", train_limit=128, eval_limit=64, num_codes=16, solver="sinkhorn",
                           sinkhorn_iters=5, epochs=1, device="cpu", out=str(out)))
     finally:
         torch.set_num_threads(threads)
@@ -152,16 +145,16 @@ def test_errors(run_dir, uncond, tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="no class-conditional prior"):
         generation_fid(bare, n=4, conditional=True, inception=object())
     # --conditional on a dataset without labels
-    import vqwae.data as data
+    import vqwae.data.registry as registry  # every split a run loads goes through registry.load_splits
 
-    real = data.load_splits
+    real = registry.load_splits
 
     def unlabelled(*a, **k):
         s = real(*a, **k)
         s.info = type(s.info)(s.info.name, s.info.channels, s.info.image_size, None)
         return s
 
-    monkeypatch.setattr(data, "load_splits", unlabelled)
+    monkeypatch.setattr(registry, "load_splits", unlabelled)
     assert "needs class labels" in error_of("prior", "train", bare, "--conditional", *TINY_PRIOR)
 
 
@@ -205,10 +198,12 @@ def test_generation_fid_real_inception(run_dir, uncond, cond, shared_weights, tm
     assert u["gfid_uncond"] > 0 and u["gfid_uncond_n"] == 8 and u["gfid_uncond_seconds"] > 0
     assert u["gfid_uncond_info"]["real_stats"] == "computed" and u["gfid_uncond_info"]["real_images"] == 16
     # the real statistics sit under the key `vqwae eval` uses for rFID (same split and limit)
-    cfg, root, test, _ = load_run_split(run_dir, "test", limit=16)
+    cfg = read_config(run_dir)
+    root = cfg.data.data_root
+    test, _ = load_run_split(run_dir, "test", limit=16)
     from vqwae.metrics.fid import StatsKey, dataset_fingerprint
 
-    key = StatsKey(dataset=cfg.dataset, split="test", limit=16, data_root=str(root or "."),
+    key = StatsKey(dataset=cfg.data.dataset, split="test", limit=16, data_root=str(root or "."),
                    fingerprint=dataset_fingerprint(test, 16))
     assert key == real_stats_key(cfg, "test", 16, test, root)
     assert cache.load_with_count(key, inception.identity)[2] == 16

@@ -21,7 +21,7 @@ TINY = dict(dataset="digits", train_limit=128, eval_limit=64, batch_size=32, num
 
 def test_run_folder_contents_and_best_model(tmp_path):
     out = tmp_path / "run"
-    res = train(TrainConfig(out=str(out), epochs=2, **TINY))
+    res = train(TrainConfig.resolve(out=str(out), epochs=2, **TINY))
     assert res.epochs_completed == 2 and res.steps == 8
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "model.safetensors", "model_config.json", "metrics.jsonl", "state.pt"} <= names
@@ -30,7 +30,7 @@ def test_run_folder_contents_and_best_model(tmp_path):
     for key in ("train/loss", "train/mse", "train/ws", "train/kl", "val/mse", "val/ws", "val/perplexity",
                 "val/codes_used", "lr", "seconds"):
         assert key in lines[-1], key
-    assert json.loads((out / "config.json").read_text())["dataset"] == "digits"
+    assert json.loads((out / "config.json").read_text())["data"]["dataset"] == "digits"
     model = VQAutoencoder.from_pretrained(out).eval()
     assert res.best_val_mse == min(l["val/mse"] for l in lines)
     x = torch.rand(2, 1, 32, 32)
@@ -39,10 +39,10 @@ def test_run_folder_contents_and_best_model(tmp_path):
 
 def test_refuses_to_overwrite_a_run(tmp_path):
     out = tmp_path / "run"
-    train(TrainConfig(out=str(out), epochs=1, **TINY))
+    train(TrainConfig.resolve(out=str(out), epochs=1, **TINY))
     before = (out / "metrics.jsonl").read_text()
     with pytest.raises(FileExistsError, match="--resume"):
-        train(TrainConfig(out=str(out), epochs=1, **TINY))
+        train(TrainConfig.resolve(out=str(out), epochs=1, **TINY))
     assert (out / "metrics.jsonl").read_text() == before
 
 
@@ -50,10 +50,10 @@ def test_refuses_to_overwrite_a_run(tmp_path):
 def test_resume_equals_uninterrupted(tmp_path, model):
     cfg = dict(TINY, model=model, epochs=3)
     straight = tmp_path / "straight"
-    train(TrainConfig(out=str(straight), **cfg))
+    train(TrainConfig.resolve(out=str(straight), **cfg))
     parts = tmp_path / "parts"
-    train(TrainConfig(out=str(parts), **dict(cfg, epochs=1)))
-    train(TrainConfig(out=str(parts), **cfg), resume=True)
+    train(TrainConfig.resolve(out=str(parts), **dict(cfg, epochs=1)))
+    train(TrainConfig.resolve(out=str(parts), **cfg), resume=True)
     a = torch.load(straight / "state.pt", weights_only=False)["model"]
     b = torch.load(parts / "state.pt", weights_only=False)["model"]
     assert a.keys() == b.keys()
@@ -68,7 +68,7 @@ def test_resume_after_kill_9(tmp_path):
     """A run killed with SIGKILL mid-epoch resumes from its last completed epoch, to the same weights."""
     cfg = dict(TINY, epochs=3, train_limit=512)
     straight = tmp_path / "straight"
-    train(TrainConfig(out=str(straight), **cfg))
+    train(TrainConfig.resolve(out=str(straight), **cfg))
     killed = tmp_path / "killed"
     args = [sys.executable, "-m", "vqwae", "train", "--out", str(killed)]
     for k, v in cfg.items():
@@ -84,7 +84,7 @@ def test_resume_after_kill_9(tmp_path):
     proc.wait()
     state = torch.load(killed / "state.pt", weights_only=False)  # the last good checkpoint is readable
     assert state["epoch"] >= 1
-    train(TrainConfig(out=str(killed), **cfg), resume=True)
+    train(TrainConfig.resolve(out=str(killed), **cfg), resume=True)
     a = torch.load(straight / "state.pt", weights_only=False)["model"]
     b = torch.load(killed / "state.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
@@ -94,10 +94,10 @@ def test_resume_after_kill_9(tmp_path):
 
 def test_non_finite_loss_stops_and_keeps_last_checkpoint(tmp_path):
     out = tmp_path / "run"
-    train(TrainConfig(out=str(out), epochs=1, **TINY))
+    train(TrainConfig.resolve(out=str(out), epochs=1, **TINY))
     good = (out / "state.pt").read_bytes()
     with pytest.raises(TrainingDiverged, match="non-finite loss"):
-        train(TrainConfig(out=str(out), epochs=3, **dict(TINY, ws_weight=float("inf"))), resume=True)
+        train(TrainConfig.resolve(out=str(out), epochs=3, **dict(TINY, ws_weight=float("inf"))), resume=True)
     assert (out / "state.pt").read_bytes() == good
 
 
@@ -105,7 +105,9 @@ def test_config_resolution_order(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("num_codes: 128\nsolver: dual\nlr: 0.01\n")
     cfg = TrainConfig.resolve(preset="paper", config_file=f, lr=0.5, epochs=None)
-    assert (cfg.num_codes, cfg.solver, cfg.lr, cfg.kl_reduction, cfg.preset) == (128, "dual", 0.5, "mean", "paper")
+    q = cfg.quantizer
+    assert (q.num_codes, q.vqwae.solver, cfg.optim.lr, q.vqwae.kl_reduction, cfg.run.preset) == (128, "dual", 0.5, "mean",
+                                                                                            "paper")
     j = tmp_path / "c.json"
     j.write_text(json.dumps({"batch-size": 8}))
     assert load_config_file(j) == {"batch_size": 8}
@@ -114,30 +116,33 @@ def test_config_resolution_order(tmp_path):
     with pytest.raises(ValueError, match="valid: paper"):
         TrainConfig.resolve(preset="fast-ish")
     with pytest.raises(ValueError, match="unknown dataset 'imagenet'; valid: mnist"):
-        TrainConfig(dataset="imagenet")
+        TrainConfig.resolve(dataset="imagenet")
 
 
 def test_train_defaults_are_the_quantizer_defaults_and_the_paper_preset_is_the_authors():
     from vqwae.quantizers.wasserstein import WassersteinConfig
 
-    kind, kwargs = TrainConfig().quantizer_kind_and_kwargs(64)
-    shipped = WassersteinConfig()
+    kind, config = TrainConfig().quantizer_config(64)
     assert kind == "wasserstein"
-    assert {k: v for k, v in kwargs.items() if k != "num_positions"} == {k: getattr(shipped, k) for k in kwargs if k != "num_positions"}
-    _, paper = TrainConfig.resolve(preset="paper").quantizer_kind_and_kwargs(64)
-    assert (paper["solver"], paper["ws_weight"], paper["kl_reduction"], paper["codebook_init"], paper["codebook_update"]) == (
+    assert config == WassersteinConfig(num_positions=64)  # every field the quantizer's own default
+    _, paper = TrainConfig.resolve(preset="paper").quantizer_config(64)
+    assert (paper.solver, paper.ws_weight, paper.kl_reduction, paper.codebook_init, paper.codebook_update) == (
         "exact", 1e-3, "mean", "normal", "gradient")
 
 
 def test_saved_configs_that_predate_an_option_keep_the_behaviour_they_were_trained_with(tmp_path):
     from vqwae.models import NetworkConfig, VQAutoencoder
-    from vqwae.runs import read_train_config
+    from vqwae.runs.layout import read_config
 
-    old = TrainConfig(model="vqwae").to_dict()
+    old = TrainConfig().to_flat()  # format 1: flat keys, no format_version
     del old["codebook_update"]  # a run saved before the option existed trained its codebook by gradient
     (tmp_path / "config.json").write_text(json.dumps(old))
-    assert read_train_config(tmp_path).codebook_update == "gradient"
-    assert TrainConfig.resolve().codebook_update == "transport"  # while new runs get the new default
+    assert read_config(tmp_path).quantizer.vqwae.codebook_update == "gradient"
+    assert TrainConfig.resolve().quantizer.vqwae.codebook_update == "transport"  # new runs get the new default
+    # format 2 (nested, versioned) reads back exactly
+    new = TrainConfig.resolve(model="sqvae", num_codes=64, sq_temperature_decay=2e-5)
+    (tmp_path / "config.json").write_text(json.dumps(new.to_dict()))
+    assert read_config(tmp_path) == new
     model = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", codebook_update="gradient")
     model.save_pretrained(tmp_path / "m")
     cfg = json.loads((tmp_path / "m" / "model_config.json").read_text())
@@ -155,7 +160,7 @@ def test_cli_train_and_errors(tmp_path):
     assert r.returncode == 0, r.stderr
     assert (out / "model.safetensors").exists()
     r = subprocess.run(base[:6] + ["--solver", "emd"], capture_output=True, text=True)
-    assert r.returncode == 2 and "valid: semidiscrete, exact, sinkhorn, dual" in r.stderr
+    assert r.returncode == 2 and "valid: 'semidiscrete', 'exact', 'sinkhorn', 'dual'" in r.stderr
     r = subprocess.run([sys.executable, "-m", "vqwae", "train", "--out", str(tmp_path / "m"), "--dataset", "mnist",
                         "--data-root", str(tmp_path / "nowhere")], capture_output=True, text=True)
     assert r.returncode == 2 and str(tmp_path / "nowhere") in r.stderr
@@ -181,7 +186,7 @@ def _ddp_grad_worker(rank, world, port, out, cfg, images):
 
     dist.init_process_group("gloo")
     torch.manual_seed(0)
-    model = build_model(TrainConfig(**cfg), 1, 32)
+    model = build_model(TrainConfig.resolve(**cfg), 1, 32)
     ddp = DDP(model, broadcast_buffers=False)
     x = images.chunk(world)[rank]
     x_hat, q = ddp(x)
@@ -205,7 +210,7 @@ def test_ddp_global_batch_gradients_equal_single_process(tmp_path):
     mp.start_processes(_ddp_grad_worker, args=(2, port, tmp_path, cfg, images), nprocs=2, join=True,
                        start_method="spawn")
     torch.manual_seed(0)
-    model = build_model(TrainConfig(**dict(cfg, global_batch=False)), 1, 32)
+    model = build_model(TrainConfig.resolve(**dict(cfg, global_batch=False)), 1, 32)
     x_hat, q = model(images)
     (model.reconstruction_loss(x_hat, images) + q.loss).backward()
     g0, g1 = (torch.load(tmp_path / f"grads{r}.pt") for r in (0, 1))
@@ -229,7 +234,7 @@ def _ddp_codebook_worker(rank, world, port, out, cfg):
         return original(model, *a, **k)
 
     T.validate = spy
-    res = train(TrainConfig(out=str(out), **cfg))
+    res = train(TrainConfig.resolve(out=str(out), **cfg))
     torch.save({"loss": res.last_metrics["train/loss"], "codebook": captured["codebook"]}, Path(out) / f"rank{rank}.pt")
 
 
@@ -242,5 +247,5 @@ def test_ddp_training_keeps_codebooks_identical_and_matches_single_process_loss(
     r0, r1 = (torch.load(tmp_path / "ddp" / f"rank{r}.pt") for r in (0, 1))
     assert torch.equal(r0["codebook"], r1["codebook"])
     assert r0["loss"] == r1["loss"]
-    single = train(TrainConfig(out=str(tmp_path / "single"), **dict(cfg, batch_size=32, global_batch=False)))
+    single = train(TrainConfig.resolve(out=str(tmp_path / "single"), **dict(cfg, batch_size=32, global_batch=False)))
     assert abs(r0["loss"] - single.last_metrics["train/loss"]) < 1e-5 * abs(r0["loss"])

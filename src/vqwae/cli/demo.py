@@ -12,6 +12,11 @@ from pathlib import Path
 
 import typer
 
+from vqwae.figures import side_by_side_usage
+from vqwae.runs import layout
+from vqwae.runs.evaluation import evaluate_run
+from vqwae.training import TrainConfig, train
+
 Opt = typer.Option
 
 
@@ -22,22 +27,18 @@ def demo_command(
     device: str = Opt("auto"),
 ) -> None:
     """Train VQ-WAE and VQ-VAE briefly on the embedded digits and compare codebook use and MSE."""
-    from vqwae.figures import side_by_side_usage
-    from vqwae.runs.evaluation import evaluate_run
-    from vqwae.training import TrainConfig, train
-
     out.mkdir(parents=True, exist_ok=True)
     rows, counts = [], {}
     for model in ("vqwae", "vqvae"):
         run = out / model
-        cfg = TrainConfig(model=model, dataset="digits", out=str(run), epochs=epochs, num_codes=num_codes,
-                          device=device)
+        cfg = TrainConfig.resolve(model=model, dataset="digits", out=str(run), epochs=epochs, num_codes=num_codes,
+                                  device=device)
         typer.echo(f"== training {model} ({epochs} epochs, K={num_codes}) -> {run}")
         t0 = time.perf_counter()
-        train(cfg, resume=(run / "state.pt").exists())
+        train(cfg, resume=(run / layout.STATE).exists())
         seconds = time.perf_counter() - t0
         res = evaluate_run(run, split="test", fid=False, lpips=False, device=device, progress=False)
-        counts[model] = json.loads((run / "code_usage_test.json").read_text())
+        counts[model] = json.loads(layout.code_usage_json(run, "test").read_text())
         rows.append(dict(model=model, test_perplexity=res["perplexity"], codes_used=res["codes_used"],
                          test_mse=res["mse"], test_psnr=res["psnr"], train_seconds=seconds))
     side_by_side_usage(counts, out / "code_usage.png", title=f"Code usage on the digits test split (K={num_codes})")

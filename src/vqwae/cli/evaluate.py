@@ -59,8 +59,8 @@ def eval_command(
 
 def _generation(run_dir: Path, n: int, inception_weights, device, limit) -> dict:
     from vqwae.metrics.fid import FIDStatsCache, load_inception
-    from vqwae.prior.generation import available_priors, generation_fid
-    from vqwae.runs import update_eval
+    from vqwae.runs.prior import available_priors, generation_fid
+    from vqwae.runs.layout import update_eval
     from vqwae.distributed import resolve_device
 
     priors = available_priors(run_dir)

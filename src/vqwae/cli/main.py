@@ -1,6 +1,10 @@
-"""The ``vqwae`` command line. Each command lives in its own module; this file only registers them."""
+"""The ``vqwae`` command line: each command lives in its own module and only parses and calls the library."""
 import typer
 
+from vqwae.cli.demo import demo_command
+from vqwae.cli.evaluate import eval_command
+from vqwae.cli.reproduce import reproduce_command
+from vqwae.cli.stage_two import prior_app, probe_command, sample_command, tsne_command
 from vqwae.cli.train import train_command
 
 app = typer.Typer(help="VQ-WAE: train, evaluate, sample and reproduce the paper.", no_args_is_help=True,
@@ -13,33 +17,10 @@ def main() -> None:
 
 
 app.command("train")(train_command)
-
-
-def _register_optional():
-    """Commands whose modules are added as the project grows."""
-    import importlib
-
-    for module, name, attr in [
-        ("vqwae.cli.evaluate", "eval", "eval_command"),
-        ("vqwae.cli.demo", "demo", "demo_command"),
-        ("vqwae.cli.reproduce", "reproduce", "reproduce_command"),
-        ("vqwae.cli.stage_two", "sample", "sample_command"),
-        ("vqwae.cli.stage_two", "probe", "probe_command"),
-        ("vqwae.cli.stage_two", "tsne", "tsne_command"),
-    ]:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as e:
-            if e.name != module:
-                raise
-            continue
-        app.command(name)(getattr(mod, attr))
-    try:
-        from vqwae.cli.stage_two import prior_app
-        app.add_typer(prior_app, name="prior")
-    except ModuleNotFoundError as e:
-        if e.name != "vqwae.cli.stage_two":
-            raise
-
-
-_register_optional()
+app.command("eval")(eval_command)
+app.command("demo")(demo_command)
+app.command("reproduce")(reproduce_command)
+app.command("sample")(sample_command)
+app.command("probe")(probe_command)
+app.command("tsne")(tsne_command)
+app.add_typer(prior_app, name="prior")

@@ -5,7 +5,7 @@
     vqwae probe RUN_DIR [--limit N]          -> probe_accuracy, probe_accuracy_continuous in eval.json
     vqwae tsne RUN_DIR [--n 2000] [--out RUN_DIR/tsne.png]   -> tsne_silhouette in eval.json
 
-Generation FID is ``vqwae eval RUN_DIR --generation`` (:func:`vqwae.prior.generation.generation_fid`).
+Generation FID is ``vqwae eval RUN_DIR --generation`` (:func:`vqwae.runs.prior.generation_fid`).
 Every command prints its wall time; user mistakes end with a one-line ``error: ...`` (exit 2).
 """
 from __future__ import annotations
@@ -108,8 +108,9 @@ def prior_train_command(
     refresh_codes: bool = Opt(False, "--refresh-codes", help="Re-extract the code grids even if cached."),
 ) -> None:
     """Fit the PixelCNN prior to the run's training codes; writes RUN_DIR/prior (NLL in bits per code)."""
-    from vqwae.prior.generation import PRIOR_DIR, prior_is_conditional, train_run_prior
-    from vqwae.runs import update_eval
+    from vqwae.runs.layout import PRIOR as PRIOR_DIR
+    from vqwae.runs.prior import prior_is_conditional, train_run_prior
+    from vqwae.runs.layout import update_eval
 
     t0 = time.perf_counter()
     _check_run(run_dir)
@@ -168,7 +169,7 @@ def sample_command(
     """Sample images from the run's prior: one PNG per image and grid.png in --out."""
     from torchvision.utils import save_image
 
-    from vqwae.prior.generation import generate
+    from vqwae.runs.prior import generate
 
     t0 = time.perf_counter()
     _check_run(run_dir)

@@ -15,7 +15,7 @@ are cached under ``$VQWAE_CACHE`` (default ``~/.cache/vqwae``).
 from .base import (CorruptImageError, DatasetInfo, DatasetNotFoundError, ImageTensorDataset,
                    Splits)
 from .cache import cache_dir
-from .registry import DATASETS, LOADERS, load_splits, register_dataset
+from .registry import DATASETS, LOADERS, load_split, load_splits, register_dataset
 
-__all__ = ["load_splits", "DATASETS", "DatasetInfo", "Splits", "ImageTensorDataset",
+__all__ = ["load_splits", "load_split", "DATASETS", "DatasetInfo", "Splits", "ImageTensorDataset",
            "DatasetNotFoundError", "CorruptImageError", "register_dataset", "cache_dir", "LOADERS"]

@@ -12,7 +12,7 @@ from typing import Callable, Optional, Union
 from . import celeba, cifar10, digits, imagefolder, mnist, svhn
 from .base import ImageTensorDataset, Splits, not_found
 
-__all__ = ["DATASETS", "load_splits", "register_dataset", "LOADERS"]
+__all__ = ["DATASETS", "load_splits", "load_split", "register_dataset", "LOADERS", "normalise_name"]
 
 Loader = Callable[..., Splits]
 
@@ -27,13 +27,13 @@ NEEDS_NO_ROOT = {"digits"}
 
 def register_dataset(name: str, loader: Loader) -> None:
     """Register ``loader`` (same signature as :func:`load_splits` minus ``name``) under ``name``."""
-    key = _normalise(name)
+    key = normalise_name(name)
     LOADERS[key] = loader
     if key not in DATASETS:
         DATASETS.append(key)
 
 
-def _normalise(name: str) -> str:
+def normalise_name(name: str) -> str:
     return str(name).strip().lower().replace("-", "").replace("_", "")
 
 
@@ -75,7 +75,7 @@ def load_splits(name: str, root: Union[str, os.PathLike, None], *, train_limit: 
         DatasetNotFoundError: the data is missing or unreadable under ``root``.
         CorruptImageError: an image file cannot be decoded (the message names it).
     """
-    key = _normalise(name)
+    key = normalise_name(name)
     if key not in LOADERS:
         raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(LOADERS)}")
     for what, v in (("train_limit", train_limit), ("eval_limit", eval_limit)):
@@ -94,3 +94,18 @@ def load_splits(name: str, root: Union[str, os.PathLike, None], *, train_limit: 
     s.val = _cap(s.val, eval_limit)
     s.test = _cap(s.test, eval_limit)
     return s
+
+
+SPLITS = ("train", "val", "test")
+
+
+def load_split(name: str, root: Union[str, os.PathLike, None], split: str, *, limit: Optional[int] = None,
+               download: bool = False, image_size: Optional[int] = None, seed: int = 0):
+    """One split ("train", "val" or "test") of dataset ``name``: (dataset, :class:`DatasetInfo`), the first
+    ``limit`` images (None: all). The other splits are not decoded (their limit is 0)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid: {', '.join(map(repr, SPLITS))}")
+    train_limit, eval_limit = (limit, 0) if split == "train" else (0, limit)
+    s = load_splits(name, root, train_limit=train_limit, eval_limit=eval_limit, download=download,
+                    image_size=image_size, seed=seed)
+    return getattr(s, split), s.info

@@ -262,7 +262,7 @@ def probe(datasets, results, b: Budget, out: Path, device="auto", **_) -> Sectio
             r = results[s]
             if r.get("probe_budget") != b.name:
                 r.update(probe_run(r["run_dir"], limit=b.train_limit, device=resolve_device(device))[0])
-                from vqwae.runs import update_eval
+                from vqwae.runs.layout import update_eval
 
                 update_eval(r["run_dir"], {"probe_budget": b.name})
             acc[m] = 100 * r["probe_accuracy"]
@@ -287,7 +287,7 @@ def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section
             if r.get("tsne_budget") != b.name or not png.exists():
                 r.update(tsne_run(r["run_dir"], n=min(b.tsne_points, b.eval_limit or b.tsne_points), out_png=png,
                                   device=resolve_device(device)))
-                from vqwae.runs import update_eval
+                from vqwae.runs.layout import update_eval
 
                 update_eval(r["run_dir"], {"tsne_budget": b.name})
             sil[m] = r.get("tsne_silhouette")
@@ -301,8 +301,8 @@ def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section
 
 def generation(datasets, results, b: Budget, out: Path, device="auto", inception_weights=None, **_) -> Section:
     from vqwae.metrics.fid import FIDStatsCache, load_inception
-    from vqwae.prior.generation import generation_fid, train_run_prior
-    from vqwae.runs import update_eval
+    from vqwae.runs.prior import generation_fid, train_run_prior
+    from vqwae.runs.layout import update_eval
     from vqwae.distributed import resolve_device
 
     dev = resolve_device(device)

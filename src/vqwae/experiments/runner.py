@@ -15,15 +15,19 @@ from pathlib import Path
 import torch
 
 from vqwae.experiments.suite import Budget, RunSpec
-from vqwae.runs import read_eval
-from vqwae.training.config import SAVED_BEFORE, TrainConfig
+from vqwae.quantizers import upgrade_quantizer_config
+from vqwae.runs import layout
+from vqwae.runs.evaluation import evaluate_run
+from vqwae.training import TrainConfig, train
 
 
 def run_dir_for(out: Path, spec: RunSpec, values: dict) -> Path:
-    # A setting equal to what runs did before the option existed (SAVED_BEFORE) leaves the key unchanged, so
-    # runs trained before the option was added are still found (their config.json reads back the same way).
+    """OUT/runs/<dataset>/<model>-<hash>: the hash is of the run's flat option values (format 1, as the cache
+    has always keyed them). A value equal to what a format-1 config.json implies when the option is absent
+    (an option added later) is left out, so runs trained before the option existed are still found."""
+    implicit = upgrade_quantizer_config("wasserstein", {}, version=1)
     key = json.dumps({k: v for k, v in sorted(values.items())
-                      if k != "out" and not (k in SAVED_BEFORE and v == SAVED_BEFORE[k])}, sort_keys=True, default=str)
+                      if k != "out" and not (k in implicit and v == implicit[k])}, sort_keys=True, default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     return Path(out) / "runs" / spec.dataset / f"{spec.model}-{digest}"
 
@@ -32,43 +36,32 @@ def eval_signature(budget: Budget, fid: bool) -> dict:
     return dict(split="test", limit=budget.eval_limit, resolution=budget.resolution, fid=fid, lpips=budget.lpips)
 
 
-def _metrics(run_dir: Path) -> list[dict]:
-    from vqwae.figures import read_metrics_jsonl
-
-    p = run_dir / "metrics.jsonl"
-    return read_metrics_jsonl(p) if p.is_file() else []
-
-
 def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, device: str = "auto",
                threads: int | None = None, inception_weights: str | None = None, lpips_weights: str | None = None,
                fid: bool = True) -> dict:
     """Train (or resume, or skip) and evaluate one run; returns its eval.json plus run_dir and label."""
-    from vqwae.runs.evaluation import evaluate_run
-    from vqwae.training import train
-
     if threads:
         torch.set_num_threads(threads)
     values = spec.config_values(budget, data_root)
     run_dir = run_dir_for(out, spec, values)
     cfg = TrainConfig.from_dict(dict(values, out=str(run_dir), device=device))
-    history = _metrics(run_dir)
+    history = layout.read_metrics(run_dir)
     done = max((m.get("epoch", 0) for m in history), default=0)
     last_step = history[-1].get("step", 0) if history else 0
-    finished = done >= cfg.epochs or (cfg.max_steps is not None and last_step >= cfg.max_steps)
+    opt = cfg.optim
+    finished = done >= opt.epochs or (opt.max_steps is not None and last_step >= opt.max_steps)
     if not finished:
         print(f"[reproduce] training {spec.label} -> {run_dir}", flush=True)
-        train(cfg, resume=(run_dir / "state.pt").exists(), progress=False)
-    result = read_eval(run_dir)
+        train(cfg, resume=(run_dir / layout.STATE).exists(), progress=False)
+    result = layout.read_eval(run_dir)
     fid = fid and budget.fid
     if result.get("eval_signature") != eval_signature(budget, fid):
         print(f"[reproduce] evaluating {spec.label}", flush=True)
         result = evaluate_run(run_dir, split="test", limit=budget.eval_limit, resolution=budget.resolution,
                               fid=fid, lpips=budget.lpips, device=device, progress=False, pictures=budget.pictures,
                               inception_weights=inception_weights, lpips_weights=lpips_weights)
-        from vqwae.runs import update_eval
-
-        result = update_eval(run_dir, {"eval_signature": eval_signature(budget, fid)})
-    train_seconds = sum(m.get("seconds", 0.0) for m in _metrics(run_dir))
+        result = layout.update_eval(run_dir, {"eval_signature": eval_signature(budget, fid)})
+    train_seconds = sum(m.get("seconds", 0.0) for m in layout.read_metrics(run_dir))
     return dict(result, run_dir=str(run_dir), label=spec.label, train_seconds=train_seconds)
 
 

@@ -12,22 +12,33 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from vqwae.options import check_fields, option
+
 ARCHITECTURES = ("conv32", "conv64")
 
 
 @dataclass(frozen=True)
-class NetworkConfig:
-    arch: str = "conv32"  # "conv32" (latent 8x8) | "conv64" (CelebA, latent 16x16)
-    in_channels: int = 3  # 1 for MNIST
-    hidden: int = 128  # channels of the trunk
-    res_hidden: int = 32  # bottleneck channels inside a residual layer
-    num_res_layers: int = 2  # 2 for conv32, 6 for conv64 (the paper's CelebA encoder)
-    latent_dim: int = 64  # D, must equal the quantizer's dim
-    authors_quirks: bool = False  # conv32: reproduce the authors' shared residual weights and in-place ReLU
+class NetworkOptions:
+    """The network options a training run sets (its ``network`` section); the rest follows from the data."""
+
+    authors_quirks: bool = option(False, "conv32: the authors' shared residual weights and in-place ReLU")
 
     def __post_init__(self):
-        if self.arch not in ARCHITECTURES:
-            raise ValueError(f"unknown arch {self.arch!r}; valid: {', '.join(ARCHITECTURES)}")
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    arch: str = option("conv32", "conv32 (latent 8x8) | conv64 (CelebA, latent 16x16)", choices=ARCHITECTURES)
+    in_channels: int = option(3, "image channels (1 for MNIST)", min=1)
+    hidden: int = option(128, "channels of the trunk", min=1)
+    res_hidden: int = option(32, "bottleneck channels inside a residual layer", min=1)
+    num_res_layers: int = option(2, "2 for conv32, 6 for conv64 (the paper's CelebA encoder)", min=0)
+    latent_dim: int = option(64, "D, must equal the quantizer's dim", min=1)
+    authors_quirks: bool = option(False, "conv32: the authors' shared residual weights and in-place ReLU")
+
+    def __post_init__(self):
+        check_fields(self)
 
 
 class Residual(nn.Module):

@@ -10,6 +10,18 @@ from vqwae.quantizers.wasserstein import WassersteinConfig, WassersteinOptions, 
 QUANTIZERS = {q.kind: q for q in (WassersteinQuantizer, VectorQuantizer, StochasticQuantizer)}
 
 
+# What a format-1 saved config (written before format versions, 2026-11-23) leaves out, with the value that run
+# was trained with: options added later whose new default differs from the behaviour before them.
+_FORMAT_1_IMPLICIT = {"wasserstein": {"codebook_update": "gradient"}}
+
+
+def upgrade_quantizer_config(kind: str, values: dict, version: int) -> dict:
+    """A saved quantizer config (or flat training config) of format ``version`` as the current format reads it."""
+    if version == 1:
+        return {**_FORMAT_1_IMPLICIT.get(kind, {}), **values}
+    return dict(values)
+
+
 def build_quantizer(kind: str, config=None, **options) -> Quantizer:
     """Build a quantizer from its registry name ("wasserstein", "vector", "stochastic") and its config object
     and / or config fields."""
@@ -21,5 +33,5 @@ def build_quantizer(kind: str, config=None, **options) -> Quantizer:
 __all__ = [
     "Quantizer", "QuantizerOutput", "WassersteinQuantizer", "VectorQuantizer", "StochasticQuantizer",
     "WassersteinConfig", "VectorConfig", "StochasticConfig", "WassersteinOptions", "VectorOptions",
-    "StochasticOptions", "CodebookShape", "QUANTIZERS", "build_quantizer",
+    "StochasticOptions", "CodebookShape", "QUANTIZERS", "build_quantizer", "upgrade_quantizer_config",
 ]

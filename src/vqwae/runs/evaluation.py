@@ -13,11 +13,13 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from vqwae.data import load_splits
+from vqwae.distributed import resolve_device
+from vqwae.figures import reconstruction_grid, training_curves, usage_histogram
 from vqwae.metrics.evaluate import evaluate_reconstructions
-from vqwae.metrics.fid import FIDStatsCache, StatsKey, dataset_fingerprint, load_inception
+from vqwae.metrics.fid import FIDStatsCache, load_inception
 from vqwae.metrics.lpips import load_lpips
-from vqwae.runs import load_run_model, read_train_config, update_eval
+from vqwae.runs import layout
+from vqwae.runs.prior import real_stats_key
 
 SSIM_WINDOW = "uniform 11x11 (valid region), data_range 1"
 
@@ -61,18 +63,14 @@ def evaluate_run(
 ) -> dict:
     """Compute mse, psnr, ssim, lpips, rfid, perplexity and codes used on ``split``; write eval.json
     (merged), the reconstruction grid, the usage histogram (with pi for VQ-WAE) and the training curves."""
-    from vqwae.distributed import resolve_device
-
     run_dir = Path(run_dir)
     if split not in ("val", "test"):
         raise ValueError(f"unknown split {split!r}; valid: 'val', 'test'")
-    cfg = read_train_config(run_dir)
+    cfg = layout.read_config(run_dir)
     dev = resolve_device(device)
-    model = load_run_model(run_dir, dev)
-    root = data_root or cfg.data_root
-    splits = load_splits(cfg.dataset, root, eval_limit=limit, train_limit=1, download=cfg.download,
-                         image_size=cfg.image_size, seed=cfg.seed)
-    data = splits.test if split == "test" else splits.val
+    model = layout.load_model(run_dir, dev)
+    root = layout.data_root_of(cfg, data_root)
+    data, _ = layout.load_run_split(run_dir, split, limit=limit, data_root=root, cfg=cfg)
     loader = DataLoader(data, batch_size=batch_size, shuffle=False)
 
     lpips_net, inception, reasons = _metric_networks(inception_weights, lpips_weights, str(dev), fid, lpips)
@@ -81,20 +79,19 @@ def evaluate_run(
         print(f"skipping {metric}: {why}", flush=True)
     key = None
     if inception is not None:
-        key = StatsKey(dataset=cfg.dataset, split=split, limit=limit, data_root=str(root or "."),
-                       fingerprint=dataset_fingerprint(data, limit))
+        key = real_stats_key(cfg, split, limit, data, root)
     t0 = time.perf_counter()
     result = evaluate_reconstructions(model, loader, num_codes=model.quantizer.num_codes, device=dev,
                                       resolution=resolution, lpips_net=lpips_net, inception=inception,
                                       real_stats_cache_key=key, progress=progress, skip_reasons=reasons,
                                       stats_cache=FIDStatsCache() if key else None, num_threads=threads)
     counts = result.pop("code_counts")
-    result.update(split=split, model=cfg.model, dataset=cfg.dataset, ssim_window=SSIM_WINDOW,
+    result.update(split=split, model=cfg.model, dataset=cfg.data.dataset, ssim_window=SSIM_WINDOW,
                   seconds=time.perf_counter() - t0)
     result["resolution_note"] = (f"psnr/ssim/lpips at {result['resolution']}; mse always native; "
                                  "rfid from native images resized to 299")
-    (run_dir / f"code_usage_{split}.json").write_text(json.dumps(counts))
-    merged = update_eval(run_dir, result)
+    layout.code_usage_json(run_dir, split).write_text(json.dumps(counts))
+    merged = layout.update_eval(run_dir, result)
     if pictures:
         _pictures(run_dir, model, data, counts, dev, split)
     return merged
@@ -102,16 +99,14 @@ def evaluate_run(
 
 @torch.no_grad()
 def _pictures(run_dir: Path, model, data, counts, device, split: str) -> None:
-    from vqwae.figures import reconstruction_grid, training_curves, usage_histogram
-
     n = min(32, len(data))
     x = torch.stack([data[i][0] for i in range(n)]).to(device)
     x_hat = model(x)[0].clamp(0, 1)
-    reconstruction_grid(x.cpu(), x_hat.cpu(), run_dir / f"reconstructions_{split}.png",
+    reconstruction_grid(x.cpu(), x_hat.cpu(), layout.reconstructions_png(run_dir, split),
                         title=f"{run_dir.name}, {split} split")
     pi = getattr(model.quantizer, "pi", None)
-    usage_histogram(counts, run_dir / f"code_usage_{split}.png",
+    usage_histogram(counts, layout.code_usage_png(run_dir, split),
                     pi=None if pi is None else pi.mean(0).cpu(),
                     title=f"{run_dir.name}: latent distribution over the codebook ({split})")
-    if (run_dir / "metrics.jsonl").is_file():
-        training_curves(run_dir / "metrics.jsonl", run_dir / "training_curves.png", title=run_dir.name)
+    if (run_dir / layout.METRICS).is_file():
+        training_curves(run_dir / layout.METRICS, run_dir / layout.TRAINING_CURVES, title=run_dir.name)

@@ -1,157 +1,185 @@
-"""``TrainConfig``: every knob of a training run, with the paper's defaults, and how it is resolved.
+"""``TrainConfig``: every option of a training run, declared once, grouped by what it configures.
 
-Resolution order (later wins): the dataclass defaults (the paper's setting), a ``--preset``, a ``--config``
-file (YAML or JSON), then explicit command-line options. The resolved config is written to RUN_DIR/config.json.
+    TrainConfig
+    ├── model        vqwae | vqvae | sqvae
+    ├── quantizer    num_codes, dim, shared_pi, and one section per method:
+    │   ├── vqwae    WassersteinOptions  (vqwae.quantizers.wasserstein)
+    │   ├── vqvae    VectorOptions       (vqwae.quantizers.vector)
+    │   └── sqvae    StochasticOptions   (vqwae.quantizers.stochastic)
+    ├── network      NetworkOptions      (vqwae.models.networks)
+    ├── optim        epochs, batch size, Adam, the plateau schedule, max_steps
+    ├── data         DataOptions         (vqwae.data.options)
+    └── run          out, seed, device, precision, preset
+
+Each option is one line (``vqwae.options.option``: default, help, range) in the section that owns it; the
+command line (``vqwae train --ws-weight 1e-3``), config files (flat ``ws_weight: 1e-3`` or nested
+``quantizer: {vqwae: {ws_weight: 1e-3}}``) and the saved RUN_DIR/config.json all derive from it.
+
+Resolution order (later wins): the defaults, a ``--preset``, a ``--config`` file, explicit options.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from vqwae.quantizers.wasserstein import CODEBOOK_INITS, CODEBOOK_UPDATES, PI_INITS, SOLVERS
-from vqwae.quantizers.wasserstein import SAVED_BEFORE as WASSERSTEIN_SAVED_BEFORE
+from vqwae.data.options import DataOptions
+from vqwae.models.networks import NetworkConfig, NetworkOptions
+from vqwae.options import check_fields, from_flat, option, section, to_flat, to_nested
+from vqwae.quantizers import (CodebookShape, StochasticConfig, StochasticOptions, VectorConfig, VectorOptions,
+                              WassersteinConfig, WassersteinOptions, upgrade_quantizer_config)
+from vqwae.quantizers.stochastic import initial_log_var
 
 MODELS = ("vqwae", "vqvae", "sqvae")
 PRECISIONS = ("fp32", "bf16", "fp16")
+#: Version of the config.json layout. 1: flat keys, no "format_version" (every run before 2026-11-23);
+#: 2: the nested sections below.
+FORMAT_VERSION = 2
 
-# Named bundles of settings. "paper" is the authors' configuration exactly as their code runs it.
+# Named bundles of settings, by flat option name. "paper" is the authors' configuration exactly as their code
+# runs it.
 PRESETS: dict[str, dict] = {
     "paper": dict(solver="exact", shared_pi=False, ws_weight=1e-3, kl_weight=1.0, kl_reduction="mean",
-                  pi_init="uniform", learn_pi=True, codebook_init="normal", codebook_update="gradient", lr=1e-3, batch_size=32, epochs=100),
+                  pi_init="uniform", learn_pi=True, codebook_init="normal", codebook_update="gradient", lr=1e-3,
+                  batch_size=32, epochs=100),
 }
 
 
-# Fields added after runs were first saved, with the value that reproduces what such a run did: a config.json
-# without the key was trained this way (the current default may differ). Today all are quantizer options.
-SAVED_BEFORE: dict = dict(WASSERSTEIN_SAVED_BEFORE)
+@dataclass(frozen=True)
+class QuantizerOptions(CodebookShape):
+    shared_pi: bool = option(False, "vqwae: one pi for all positions (the authors' 'global' variant)",
+                             negative="per-position-pi")
+    vqwae: WassersteinOptions = section(WassersteinOptions)
+    vqvae: VectorOptions = section(VectorOptions)
+    sqvae: StochasticOptions = section(StochasticOptions)
+
+
+@dataclass(frozen=True)
+class OptimOptions:
+    epochs: int = option(100, "training epochs", min=1)
+    batch_size: int = option(32, "images per step and process (the global batch under DDP is world_size times this)",
+                             min=1)
+    lr: float = option(1e-3, "Adam learning rate", min=0)
+    lr_factor: float = option(0.5, "ReduceLROnPlateau (on validation MSE) factor", min=0, below=1)
+    lr_patience: int = option(3, "ReduceLROnPlateau patience, in epochs", min=0)
+    max_steps: int | None = option(None, "stop after this many optimiser steps (None: run all epochs)", min=1)
+
+    def __post_init__(self):
+        check_fields(self)
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    out: str = option("runs/run", "the run folder (RUN_DIR)")
+    seed: int = option(0, "random seed (initialisation, batch order, splits)")
+    device: str = option("auto", "auto (CUDA when present) | cpu | cuda | cuda:N")
+    precision: str = option("fp32", "autocast precision; quantization always runs in fp32", choices=PRECISIONS)
+    preset: str | None = option(None, "the preset applied (recorded for provenance)")
+
+    def __post_init__(self):
+        check_fields(self)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    # --- what to train -------------------------------------------------------------------------------
-    model: str = "vqwae"  # "vqwae" | "vqvae" | "sqvae"
-    dataset: str = "mnist"  # a name from vqwae.data.DATASETS
-    data_root: str | None = None  # local copy of the dataset (None: torchvision's default + download)
-    download: bool = False  # let torchvision download the dataset when online
-    out: str = "runs/run"  # RUN_DIR
-    image_size: int | None = None  # None: the dataset's native size (32; 64 for CelebA / image folders)
-    # --- quantizer -------------------------------------------------------------------------------------
-    num_codes: int = 512  # K
-    dim: int = 64  # D, the latent and codeword dimension
-    solver: str = "semidiscrete"  # vqwae: "semidiscrete" (fast, BENCHMARKS.md) | "exact" | "sinkhorn" | "dual"
-    codebook_init: str = "data"  # vqwae: "data" (K latents of the first batch) | "normal" (N(0,1), the authors)
-    codebook_update: str = "transport"  # vqwae: "transport" (EMA of the plan's barycentres) | "gradient" (the paper)
-    codebook_decay: float = 0.99  # vqwae, codebook_update="transport": EMA decay
-    shared_pi: bool = False  # vqwae: one pi for all positions (the authors' "global" variant)
-    ws_weight: float = 3e-3  # vqwae: lambda (the paper, and --preset paper: 1e-3)
-    kl_weight: float = 1.0  # vqwae: lambda_r
-    kl_reduction: str = "sum"  # vqwae: "sum" (the paper) | "mean" (/K, the authors' code)
-    pi_init: str = "uniform"  # vqwae: "uniform" | "peaked" | "gaussian"
-    learn_pi: bool = True  # vqwae: learn pi (False keeps its initial value)
-    epsilon: float = 0.05  # vqwae sinkhorn/dual: entropic regularisation relative to the mean cost
-    sinkhorn_iters: int = 50  # vqwae sinkhorn: iteration cap
-    phi_iterations: int = 5  # vqwae dual: inner steps on the Kantorovich potential
-    global_batch: bool = False  # vqwae under DDP: OT over the latents of all ranks
-    beta: float = 0.25  # vqvae: commitment weight
-    legacy_beta: bool = False  # vqvae: beta on the codebook term, as in the authors' code
-    ema: bool = False  # vqvae: EMA codebook updates
-    sq_log_var_init: float | None = None  # sqvae: initial s (None: log 10 for MNIST, log 20 otherwise)
-    sq_temperature_decay: float = 1e-5  # sqvae: tau = exp(-decay * step)
-    authors_quirks: bool = False  # networks: the authors' shared residual weights and in-place ReLU
-    # --- optimisation ----------------------------------------------------------------------------------
-    epochs: int = 100
-    batch_size: int = 32  # per process; the global batch under DDP is world_size times this
-    lr: float = 1e-3  # Adam
-    lr_factor: float = 0.5  # ReduceLROnPlateau on validation MSE
-    lr_patience: int = 3
-    max_steps: int | None = None  # stop after this many optimiser steps (short runs)
-    train_limit: int | None = None  # first N training images
-    eval_limit: int | None = None  # first N validation (and test) images
-    seed: int = 0
-    device: str = "auto"  # "auto" (CUDA when present), "cpu", "cuda", "cuda:1", ...
-    precision: str = "fp32"  # "fp32" | "bf16" | "fp16" autocast; quantization always runs in fp32
-    num_workers: int = 0  # DataLoader workers (the datasets are in memory; 0 is usually fastest)
-    preset: str | None = None  # name of the preset applied (recorded for provenance)
+    model: str = option("vqwae", "the method", choices=MODELS)
+    quantizer: QuantizerOptions = section(QuantizerOptions)
+    network: NetworkOptions = section(NetworkOptions)
+    optim: OptimOptions = section(OptimOptions)
+    data: DataOptions = section(DataOptions)
+    run: RunOptions = section(RunOptions)
 
     def __post_init__(self):
-        from vqwae.data import DATASETS
-
-        checks = {"model": MODELS, "precision": PRECISIONS, "dataset": DATASETS,
-                  "solver": SOLVERS, "pi_init": PI_INITS, "codebook_init": CODEBOOK_INITS,
-                  "codebook_update": CODEBOOK_UPDATES, "kl_reduction": ("sum", "mean")}
-        for name, valid in checks.items():
-            value = getattr(self, name)
-            if name == "dataset":
-                value = value.lower().replace("-", "").replace("_", "")
-            if value not in valid:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; valid: {', '.join(valid)}")
-        for name in ("epochs", "batch_size", "num_codes", "dim"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        check_fields(self)
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
-    def resolve(cls, *, preset: str | None = None, config_file: str | Path | None = None, **overrides) -> "TrainConfig":
-        """defaults < preset < config file < overrides (None values in overrides are ignored)."""
-        values: dict = {}
+    def resolve(cls, *, preset: str | None = None, config_file: str | Path | None = None,
+                **overrides) -> "TrainConfig":
+        """defaults < preset < config file < overrides (flat option names; None values are ignored)."""
+        cfg = cls()
         if preset is not None:
             if preset not in PRESETS:
                 raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
-            values.update(PRESETS[preset], preset=preset)
+            cfg = from_flat(cls, dict(PRESETS[preset], preset=preset), base=cfg)
         if config_file is not None:
-            values.update(load_config_file(config_file))
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.from_dict(values)
+            cfg = from_flat(cls, load_config_file(config_file), base=cfg, where=f"config file {config_file}")
+        return from_flat(cls, {k: v for k, v in overrides.items() if v is not None}, base=cfg)
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown config keys {unknown}; valid keys: {', '.join(sorted(known))}")
-        return cls(**values)
+        """From flat option names and / or dotted paths ("quantizer.vqwae.ws_weight"); unknown keys are an error."""
+        return from_flat(cls, values)
 
     @classmethod
     def from_saved(cls, values: dict) -> "TrainConfig":
-        """A run's config.json: keys it lacks because it predates them take the behaviour of its time."""
-        return cls.from_dict({**SAVED_BEFORE, **values})
+        """A run's config.json, of any format version."""
+        version = values.get("format_version", 1)
+        if version == 1:  # flat keys; a key the file lacks takes the behaviour of its time
+            flat = dict(values)
+            if flat.get("model", "vqwae") == "vqwae":
+                flat = upgrade_quantizer_config("wasserstein", flat, version)
+            return from_flat(cls, flat, where="config.json")
+        if version != FORMAT_VERSION:
+            raise ValueError(f"config.json has format_version {version}; this vqwae reads 1 to {FORMAT_VERSION} "
+                             "(a newer vqwae wrote it?)")
+        nested = {k: v for k, v in values.items() if k != "format_version"}
+        return from_flat(cls, _flatten_paths(nested), where="config.json")
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """What RUN_DIR/config.json stores: the nested sections and the format version."""
+        return {"format_version": FORMAT_VERSION, **to_nested(self)}
+
+    def to_flat(self) -> dict:
+        return to_flat(self)
 
     def replace(self, **changes) -> "TrainConfig":
-        return dataclasses.replace(self, **changes)
+        """A copy with options changed, by flat name."""
+        return from_flat(type(self), changes, base=self)
 
-    # ---- derived settings ---------------------------------------------------------------------------
-    def quantizer_kind_and_kwargs(self, latent_positions: int) -> tuple[str, dict]:
-        """The quantizer registry name and its constructor arguments for this run."""
-        common = dict(num_codes=self.num_codes, dim=self.dim)
+    # ---- what the run builds ------------------------------------------------------------------------
+    def network_config(self, channels: int, image_size: int) -> NetworkConfig:
+        """The paper's network for the image size (conv32 -> 8x8 latents, conv64 -> 16x16)."""
+        if image_size not in (32, 64):
+            raise ValueError(f"the paper's networks take 32x32 or 64x64 images, got {image_size} (set --image-size)")
+        arch = "conv32" if image_size == 32 else "conv64"
+        return NetworkConfig(arch=arch, in_channels=channels, num_res_layers=2 if arch == "conv32" else 6,
+                             latent_dim=self.quantizer.dim, **dataclasses.asdict(self.network))
+
+    def quantizer_config(self, latent_positions: int) -> tuple[str, object]:
+        """The quantizer registry name and its config object for this run."""
+        q = self.quantizer
+        shape = dict(num_codes=q.num_codes, dim=q.dim)
         if self.model == "vqwae":
-            return "wasserstein", dict(
-                common, num_positions=None if self.shared_pi else latent_positions, solver=self.solver,
-                ws_weight=self.ws_weight, kl_weight=self.kl_weight, kl_reduction=self.kl_reduction,
-                pi_init=self.pi_init, learn_pi=self.learn_pi, epsilon=self.epsilon,
-                sinkhorn_iters=self.sinkhorn_iters, phi_iterations=self.phi_iterations,
-                global_batch=self.global_batch, codebook_init=self.codebook_init, codebook_update=self.codebook_update,
-                codebook_decay=self.codebook_decay,
-            )
+            positions = None if q.shared_pi else latent_positions
+            return "wasserstein", WassersteinConfig(**dataclasses.asdict(q.vqwae), **shape, num_positions=positions)
         if self.model == "vqvae":
-            return "vector", dict(common, beta=self.beta, legacy_beta=self.legacy_beta, ema=self.ema)
-        log_var = self.sq_log_var_init
-        if log_var is None:  # the authors' initial values
-            log_var = math.log(10.0) if self.dataset == "mnist" else math.log(20.0)
-        return "stochastic", dict(common, log_var_init=log_var, temperature_decay=self.sq_temperature_decay)
+            return "vector", VectorConfig(**dataclasses.asdict(q.vqvae), **shape)
+        sq = q.sqvae
+        if sq.log_var_init is None:
+            sq = dataclasses.replace(sq, log_var_init=initial_log_var(self.data.dataset))
+        return "stochastic", StochasticConfig(**dataclasses.asdict(sq), **shape)
+
+
+def _flatten_paths(nested: dict, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out = {}
+    for k, v in nested.items():
+        if isinstance(v, dict):
+            out.update(_flatten_paths(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def load_config_file(path: str | Path) -> dict:
-    """Read a YAML or JSON mapping of TrainConfig fields."""
+    """A YAML or JSON file of options: flat names (``ws_weight: 1e-3``) and / or nested sections
+    (``quantizer: {vqwae: {ws_weight: 1e-3}}``), returned as {flat name or dotted path: value}."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"config file {p} not found")
@@ -162,4 +190,5 @@ def load_config_file(path: str | Path) -> dict:
         raise ValueError(f"config file {p} could not be parsed: {e}") from e
     if not isinstance(data, dict):
         raise ValueError(f"config file {p} must hold a mapping of option names to values")
-    return {k.replace("-", "_"): v for k, v in data.items()}
+    data.pop("format_version", None)
+    return {k.replace("-", "_"): v for k, v in _flatten_paths(data).items()}

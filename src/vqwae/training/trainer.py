@@ -15,7 +15,6 @@ metrics.jsonl, and the resumable state (atomically).
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -28,15 +27,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from vqwae import distributed
 from vqwae.data import load_splits
 from vqwae.metrics.usage import CodeUsage
-from vqwae.models import NetworkConfig, VQAutoencoder
-from vqwae import distributed
+from vqwae.models import VQAutoencoder, build_networks
+from vqwae.quantizers import build_quantizer
+from vqwae.runs import layout
 from vqwae.training import checkpoint
 from vqwae.training.config import TrainConfig
-
-CONFIG_NAME = "config.json"
-METRICS_NAME = "metrics.jsonl"
 
 
 class TrainingDiverged(RuntimeError):
@@ -54,13 +52,10 @@ class TrainResult:
 
 def build_model(cfg: TrainConfig, channels: int, image_size: int) -> VQAutoencoder:
     """The paper's network for the image size (conv32 -> 8x8 latents, conv64 -> 16x16) and the quantizer."""
-    if image_size not in (32, 64):
-        raise ValueError(f"the paper's networks take 32x32 or 64x64 images, got {image_size} (set --image-size)")
-    arch = "conv32" if image_size == 32 else "conv64"
-    net = NetworkConfig(arch=arch, in_channels=channels, num_res_layers=2 if arch == "conv32" else 6,
-                        latent_dim=cfg.dim, authors_quirks=cfg.authors_quirks)
-    kind, kwargs = cfg.quantizer_kind_and_kwargs(latent_positions=(image_size // 4) ** 2)
-    return VQAutoencoder.from_config(net, kind, **kwargs)
+    net = cfg.network_config(channels, image_size)
+    kind, qcfg = cfg.quantizer_config(latent_positions=(image_size // 4) ** 2)
+    encoder, decoder = build_networks(net)
+    return VQAutoencoder(encoder, build_quantizer(kind, qcfg), decoder, net)
 
 
 def epoch_batches(n: int, batch_size: int, epoch: int, seed: int, rank: int, world: int) -> list[list[int]]:
@@ -114,7 +109,7 @@ def _autocast_factory(precision: str, device: torch.device):
 
 
 def _check_run_dir(run_dir: Path, resume: bool) -> None:
-    existing = [p for p in (checkpoint.STATE_NAME, METRICS_NAME, "model.safetensors") if (run_dir / p).exists()]
+    existing = layout.existing_run_files(run_dir)
     if existing and not resume:
         raise FileExistsError(
             f"{run_dir} already holds a run ({', '.join(existing)}); pass --resume to continue it, "
@@ -123,47 +118,48 @@ def _check_run_dir(run_dir: Path, resume: bool) -> None:
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = None) -> TrainResult:
-    device = distributed.resolve_device(cfg.device)
+    data, opt, run = cfg.data, cfg.optim, cfg.run
+    device = distributed.resolve_device(run.device)
     dist_info = distributed.setup(device)
     rank, world, main = dist_info.rank, dist_info.world_size, dist_info.is_main
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    run_dir = Path(cfg.out)
+    run_dir = Path(run.out)
     _check_run_dir(run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     if main:
-        checkpoint.atomic_write_text(run_dir / CONFIG_NAME, json.dumps(cfg.to_dict(), indent=2))
+        layout.write_config(run_dir, cfg)
 
     # ---- data ------------------------------------------------------------------------------------------
-    splits = load_splits(cfg.dataset, cfg.data_root, train_limit=cfg.train_limit, eval_limit=cfg.eval_limit,
-                         download=cfg.download, image_size=cfg.image_size, seed=cfg.seed)
+    splits = load_splits(data.dataset, data.data_root, train_limit=data.train_limit, eval_limit=data.eval_limit,
+                         download=data.download, image_size=data.image_size, seed=run.seed)
     info = splits.info
     val_idx = list(range(rank, len(splits.val), world))  # each rank validates its own share
-    val_loader = DataLoader(splits.val, batch_size=max(cfg.batch_size, 256),
-                            sampler=val_idx, num_workers=cfg.num_workers)
+    val_loader = DataLoader(splits.val, batch_size=max(opt.batch_size, 256),
+                            sampler=val_idx, num_workers=data.num_workers)
 
     # ---- model and optimisation (identical initialisation on every rank) --------------------------------
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(run.seed)
     model = build_model(cfg, info.channels, info.image_size).to(device)
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
-    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=cfg.lr_factor,
-                                                           patience=cfg.lr_patience)
-    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16" and device.type == "cuda")
-    autocast = _autocast_factory(cfg.precision, device)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=opt.lr)
+    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=opt.lr_factor,
+                                                           patience=opt.lr_patience)
+    scaler = torch.amp.GradScaler(device.type, enabled=run.precision == "fp16" and device.type == "cuda")
+    autocast = _autocast_factory(run.precision, device)
     start_epoch, step, best = 0, 0, math.inf
-    if resume and (run_dir / checkpoint.STATE_NAME).exists():
+    if resume and (run_dir / layout.STATE).exists():
         state = checkpoint.load_state(run_dir)
         try:
             model.load_state_dict(state["model"])
         except RuntimeError as e:
-            raise ValueError(f"cannot resume: {run_dir / checkpoint.STATE_NAME} does not match this configuration: {e}") from e
+            raise ValueError(f"cannot resume: {run_dir / layout.STATE} does not match this configuration: {e}") from e
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         start_epoch, step, best = state["epoch"], state["step"], state["best_val_mse"]
         checkpoint.set_rng_state(state["rng"])
-        _truncate_metrics(run_dir / METRICS_NAME, start_epoch)
+        layout.truncate_metrics(run_dir, start_epoch)
     else:
-        torch.manual_seed(cfg.seed + rank)  # per-rank randomness (e.g. SQ-VAE's Gumbel noise)
+        torch.manual_seed(run.seed + rank)  # per-rank randomness (e.g. SQ-VAE's Gumbel noise)
     ddp_model = DDP(model, broadcast_buffers=False) if dist_info.enabled else model
     if progress is None:
         progress = main and sys.stderr.isatty()
@@ -171,16 +167,16 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
     # ---- the loop ------------------------------------------------------------------------------------
     last: dict = {}
     completed = start_epoch
-    for epoch in range(start_epoch, cfg.epochs):
-        if cfg.max_steps is not None and step >= cfg.max_steps:
+    for epoch in range(start_epoch, opt.epochs):
+        if opt.max_steps is not None and step >= opt.max_steps:
             break
         model.train()
-        batches = epoch_batches(len(splits.train), cfg.batch_size, epoch, cfg.seed, rank, world)
-        loader = DataLoader(splits.train, batch_sampler=batches, num_workers=cfg.num_workers)
+        batches = epoch_batches(len(splits.train), opt.batch_size, epoch, run.seed, rank, world)
+        loader = DataLoader(splits.train, batch_sampler=batches, num_workers=data.num_workers)
         # Running sums stay on the device: no host synchronisation per step for bookkeeping.
         sums = defaultdict(lambda: torch.zeros((), dtype=torch.float64, device=device))
         seen, t0 = 0, time.perf_counter()
-        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{cfg.epochs}", disable=not progress, leave=False)
+        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{opt.epochs}", disable=not progress, leave=False)
         for i, (x, _) in enumerate(bar):
             x = x.to(device, non_blocking=True)
             with autocast():
@@ -213,7 +209,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
             elif main and (i + 1) % 200 == 0:
                 print(f"epoch {epoch + 1} step {i + 1}/{len(batches)} loss {float(sums['loss']) / seen:.5f} "
                       f"ppl {float(out.perplexity):.1f} {seen * world / (time.perf_counter() - t0):.0f} img/s", flush=True)
-            if cfg.max_steps is not None and step >= cfg.max_steps:
+            if opt.max_steps is not None and step >= opt.max_steps:
                 break
         bar.close()
         train_seconds = time.perf_counter() - t0
@@ -226,7 +222,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
         metrics.update(validate(model, val_loader, device, autocast))
         metrics.update({"lr": optimizer.param_groups[0]["lr"], "seconds": train_seconds,
                         "images_per_second": float(totals[0]) / max(train_seconds, 1e-9)})
-        if cfg.max_steps is not None and step >= cfg.max_steps and i + 1 < len(batches):
+        if opt.max_steps is not None and step >= opt.max_steps and i + 1 < len(batches):
             metrics["partial_epoch"] = True
         scheduler.step(metrics["val/mse"])
         last = metrics
@@ -235,8 +231,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
             if metrics["val/mse"] < best:
                 best = metrics["val/mse"]
                 model.save_pretrained(run_dir)
-            with open(run_dir / METRICS_NAME, "a") as f:
-                f.write(json.dumps(metrics) + "\n")
+            layout.append_metrics(run_dir, metrics)
             checkpoint.save_state(run_dir, model=model.state_dict(), optimizer=optimizer.state_dict(),
                                   scheduler=scheduler.state_dict(), epoch=epoch + 1, step=step,
                                   best_val_mse=best, config=cfg.to_dict())
@@ -248,12 +243,3 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
     distributed.teardown() if dist_info.enabled else None
     return TrainResult(run_dir, completed, step, best, last)
 
-
-def _truncate_metrics(path: Path, epochs_done: int) -> None:
-    """Drop metric lines of epochs after the last saved state (a crash between the two writes)."""
-    if not path.exists():
-        return
-    lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-    keep = [ln for ln in lines if json.loads(ln).get("epoch", 0) <= epochs_done]
-    if len(keep) != len(lines):
-        checkpoint.atomic_write_text(path, "".join(ln + "\n" for ln in keep))

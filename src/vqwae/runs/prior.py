@@ -1,6 +1,8 @@
 """Stage two on a run folder: fit the PixelCNN prior to a run's codes, sample images, generation FID.
+(The prior itself, its training loop and sampling are the library in ``vqwae.prior``; this module is the
+run-folder workflow around them.)
 
-Layout (inside a run folder made by ``vqwae train``)::
+Layout (inside a run folder made by ``vqwae train``; names in ``vqwae.runs.layout``)::
 
     RUN_DIR/prior/                    the prior written by ``vqwae prior train RUN_DIR`` (with or without
         config.json                   --conditional: ``num_classes`` is null for an unconditional prior)
@@ -25,32 +27,29 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from vqwae.metrics.fid import FIDStatsCache, StatsKey, dataset_fingerprint, feature_statistics, frechet_distance
 from vqwae.prior.pixelcnn import CONFIG_NAME, WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
 from vqwae.prior.sampling import sample as sample_codes
 from vqwae.prior.train import SUMMARY_NAME, PriorTrainResult, cached_codes, train_prior, weights_fingerprint
+from vqwae.runs import layout
 
 __all__ = [
-    "PRIOR_DIR",
-    "ALT_PRIOR_DIRS",
     "available_priors",
     "find_prior",
     "prior_is_conditional",
     "load_prior",
     "train_run_prior",
     "generate",
-    "load_run_split",
     "real_stats_key",
     "fid_against_statistics",
     "generation_fid",
 ]
 
-PRIOR_DIR = "prior"
-#: Conventional second folders, so both kinds of prior can live in one run: {conditional: folder name}.
-ALT_PRIOR_DIRS = {True: "prior_cond", False: "prior_uncond"}
-AUTOENCODER_WEIGHTS = "model.safetensors"
+PRIOR_DIR, ALT_PRIOR_DIRS, AUTOENCODER_WEIGHTS = layout.PRIOR, layout.ALT_PRIORS, layout.MODEL_WEIGHTS
 
 
 def _kind(conditional: bool) -> str:
@@ -138,28 +137,7 @@ def load_prior(run_dir: str | os.PathLike, prior_dir: str | os.PathLike, device=
     return GatedPixelCNN.from_pretrained(prior_dir, map_location=device), summary
 
 
-# ---- data --------------------------------------------------------------------------------------------
-def load_run_split(run_dir: str | os.PathLike, split: str, *, limit: int | None = None,
-                   data_root: str | None = None):
-    """(TrainConfig, root, dataset, DatasetInfo) of one split of a run's dataset, loaded as
-    :func:`vqwae.runs.evaluation.evaluate_run` loads it: the first ``limit`` images (None: all) of "val" or
-    "test" (or "train"), the run's image size and seed, ``data_root`` overriding the recorded location."""
-    from vqwae.data import load_splits
-    from vqwae.runs import read_train_config
-
-    cfg = read_train_config(run_dir)
-    root = data_root or cfg.data_root
-    if split == "train":
-        splits = load_splits(cfg.dataset, root, train_limit=limit, eval_limit=1, download=cfg.download,
-                             image_size=cfg.image_size, seed=cfg.seed)
-        return cfg, root, splits.train, splits.info
-    if split not in ("val", "test"):
-        raise ValueError(f"unknown split {split!r}; valid: 'train', 'val', 'test'")
-    splits = load_splits(cfg.dataset, root, eval_limit=limit, train_limit=1, download=cfg.download,
-                         image_size=cfg.image_size, seed=cfg.seed)
-    return cfg, root, (splits.test if split == "test" else splits.val), splits.info
-
-
+# ---- data ------------------------------------------------------------------------------------------
 def _labels_of(dataset) -> torch.Tensor:
     labels = getattr(dataset, "labels", None)
     if isinstance(labels, torch.Tensor) and labels.shape[0] == len(dataset):
@@ -167,12 +145,10 @@ def _labels_of(dataset) -> torch.Tensor:
     return torch.as_tensor([int(dataset[i][1]) for i in range(len(dataset))], dtype=torch.long)
 
 
-def real_stats_key(cfg, split: str, limit: int | None, dataset, root):
+def real_stats_key(cfg, split: str, limit: int | None, dataset, root) -> StatsKey:
     """The FID real-statistics key of a run's split: the same key as the reconstruction FID of
     :func:`vqwae.runs.evaluation.evaluate_run`, so both FIDs share one cache entry."""
-    from vqwae.metrics.fid import StatsKey, dataset_fingerprint
-
-    return StatsKey(dataset=cfg.dataset, split=split, limit=limit, data_root=str(root or "."),
+    return StatsKey(dataset=cfg.data.dataset, split=split, limit=limit, data_root=str(root or "."),
                     fingerprint=dataset_fingerprint(dataset, limit))
 
 
@@ -212,31 +188,28 @@ def train_run_prior(
     ``num_classes``, ``autoencoder_fingerprint``, the dataset and limits, and ``seconds``.
     Returns (PriorTrainResult, summary dict). Raises ValueError for --conditional on unlabelled data.
     """
-    from vqwae.data import load_splits
-    from vqwae.runs import load_run_model, read_train_config
-
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
-    cfg = read_train_config(run_dir)
+    cfg = layout.read_config(run_dir)
     device = torch.device(device)
-    t_lim, e_lim = _resolve_limit(train_limit, cfg.train_limit), _resolve_limit(eval_limit, cfg.eval_limit)
-    root = data_root or cfg.data_root
-    splits = load_splits(cfg.dataset, root, train_limit=t_lim, eval_limit=e_lim, download=cfg.download,
-                         image_size=cfg.image_size, seed=cfg.seed)
-    num_classes = splits.info.num_classes
+    t_lim, e_lim = _resolve_limit(train_limit, cfg.data.train_limit), _resolve_limit(eval_limit, cfg.data.eval_limit)
+    root = layout.data_root_of(cfg, data_root)
+    train_set, info = layout.load_run_split(run_dir, "train", limit=t_lim, data_root=root, cfg=cfg)
+    val_set, _ = layout.load_run_split(run_dir, "val", limit=e_lim, data_root=root, cfg=cfg)
+    num_classes = info.num_classes
     if conditional and not num_classes:
-        raise ValueError(f"--conditional needs class labels, but dataset {cfg.dataset!r} has none")
-    if len(splits.train) == 0:
+        raise ValueError(f"--conditional needs class labels, but dataset {cfg.data.dataset!r} has none")
+    if len(train_set) == 0:
         raise ValueError("the training split is empty (check --train-limit)")
-    model = load_run_model(run_dir, device)
+    model = layout.load_model(run_dir, device)
     fingerprint = weights_fingerprint(run_dir / AUTOENCODER_WEIGHTS)
     cache_dir = run_dir / PRIOR_DIR
-    codes_tr, labels_tr = cached_codes(model, DataLoader(splits.train, batch_size=256), split="train",
+    codes_tr, labels_tr = cached_codes(model, DataLoader(train_set, batch_size=256), split="train",
                                        cache_dir=cache_dir, fingerprint=fingerprint, device=device,
                                        refresh=refresh_codes)
     codes_va = labels_va = None
-    if len(splits.val) > 0:
-        codes_va, labels_va = cached_codes(model, DataLoader(splits.val, batch_size=256), split="val",
+    if len(val_set) > 0:
+        codes_va, labels_va = cached_codes(model, DataLoader(val_set, batch_size=256), split="val",
                                            cache_dir=cache_dir, fingerprint=fingerprint, device=device,
                                            refresh=refresh_codes)
     num_codes = int(model.quantizer.num_codes)
@@ -250,8 +223,8 @@ def train_run_prior(
                          max_steps=max_steps, progress=progress)
     summary = _read_summary(out_dir)
     summary.update(conditional=conditional, num_classes=config.num_classes, autoencoder_fingerprint=fingerprint,
-                   run_dir=str(run_dir.resolve()), dataset=cfg.dataset, train_limit=t_lim, eval_limit=e_lim,
-                   image_size=splits.info.image_size, hidden_channels=hidden_channels, num_layers=num_layers,
+                   run_dir=str(run_dir.resolve()), dataset=cfg.data.dataset, train_limit=t_lim, eval_limit=e_lim,
+                   image_size=info.image_size, hidden_channels=hidden_channels, num_layers=num_layers,
                    seconds=time.perf_counter() - t0)
     (out_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2) + "\n")
     return result, summary
@@ -280,8 +253,6 @@ def generate(
         kind; True when ``labels`` are given).
     Returns (images (n, C, S, S) float32 in [0, 1] on the CPU, labels (n,) or None, the prior's folder).
     Draws are reproducible for a fixed (seed, batch_size, device)."""
-    from vqwae.runs import load_run_model
-
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if temperature < 0:
@@ -310,7 +281,7 @@ def generate(
         if int(lab.min()) < 0 or int(lab.max()) >= C:
             raise ValueError(f"class {int(lab.max()) if int(lab.max()) >= C else int(lab.min())} is out of range: "
                              f"the prior has {C} classes (0..{C - 1})")
-    model = load_run_model(run_dir, device)
+    model = layout.load_model(run_dir, device)
     grid = summary.get("grid")
     if grid is None:
         raise ValueError(f"{pdir / SUMMARY_NAME} lacks the latent grid size: train the prior again")
@@ -332,10 +303,6 @@ def fid_against_statistics(mu, sigma, features) -> float:
     S2 = A^T A / (n - 1) (A: centred features) has rank < n and the non-zero eigenvalues of sigma S2 are
     those of the n x n PSD matrix A sigma A^T / (n - 1), so tr (sigma S2)^(1/2) is the sum of the square
     roots of its eigenvalues: the same quantity, exact, without a 2048 x 2048 matrix square root."""
-    import numpy as np
-
-    from vqwae.metrics.fid import feature_statistics, frechet_distance
-
     f = features.detach().cpu().double().numpy() if isinstance(features, torch.Tensor) else np.asarray(features, np.float64)
     mu, sigma = np.asarray(mu, np.float64), np.asarray(sigma, np.float64)
     if f.ndim != 2 or f.shape[0] < 2 or f.shape[1] != mu.shape[0] or sigma.shape != (mu.shape[0],) * 2:
@@ -394,8 +361,6 @@ def generation_fid(
     came from the cache, temperature, seed, prior folder and its validation bits per code).
     Raises FileNotFoundError (no prior of that kind, missing run) and ValueError (bad arguments).
     """
-    from vqwae.metrics.fid import FIDStatsCache, feature_statistics
-
     t0 = time.perf_counter()
     if n < 2:
         raise ValueError(f"generation FID needs n >= 2 generated images, got {n}")
@@ -404,7 +369,9 @@ def generation_fid(
     name = "gfid_cond" if conditional else "gfid_uncond"
     run_dir = Path(run_dir)
     pdir = find_prior(run_dir, conditional, prior_dir)  # fail early, before loading data
-    cfg, root, test, _ = load_run_split(run_dir, "test", limit=limit, data_root=data_root)
+    cfg = layout.read_config(run_dir)
+    root = layout.data_root_of(cfg, data_root)
+    test, _ = layout.load_run_split(run_dir, "test", limit=limit, data_root=root, cfg=cfg)
     if len(test) < 2:
         raise ValueError(f"the test split has {len(test)} images; FID needs at least 2")
 

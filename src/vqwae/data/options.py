@@ -1,0 +1,26 @@
+"""The data section of a training configuration."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vqwae.data.registry import DATASETS, normalise_name
+from vqwae.options import check_fields, option
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    dataset: str = option("mnist", "mnist | cifar10 | svhn | celeba | imagefolder | digits "
+                          "(vqwae.data.DATASETS)")
+    data_root: str | None = option(None, "local copy of the dataset, e.g. ../shared/data (None: torchvision's "
+                                   "default, with --download)")
+    download: bool = option(False, "let torchvision download the dataset when online")
+    image_size: int | None = option(None, "resize images to this side (None: the dataset's native size: 32; 64 for "
+                                    "CelebA and image folders)", min=1)
+    train_limit: int | None = option(None, "use the first N training images (None: all)", min=1)
+    eval_limit: int | None = option(None, "use the first N validation and test images (None: all)", min=1)
+    num_workers: int = option(0, "DataLoader workers (the splits are in memory: 0 is usually fastest)", min=0)
+
+    def __post_init__(self):
+        check_fields(self)
+        if normalise_name(self.dataset) not in DATASETS:
+            raise ValueError(f"unknown dataset {self.dataset!r}; valid: {', '.join(DATASETS)}")
