@@ -8,6 +8,7 @@ division and an epoch costs no decoding at all.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
@@ -170,7 +171,6 @@ def not_found(dataset: str, root, layouts: Sequence[str], how: str,
     It names the path looked at (absolute), what was wrong (``detail``), the accepted on-disk
     ``layouts`` (``ROOT`` standing for that path) and ``how`` to obtain the data.
     """
-    from pathlib import Path
 
     where = Path(root).expanduser().resolve() if root is not None else None
     head = f"{dataset}: no usable dataset at {str(where)!r}" if where is not None else \

@@ -18,7 +18,9 @@ import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
+from PIL import Image
 
 from .base import CorruptImageError, center_crop, to_uint8
 from .cache import cache_path, load_cache, save_cache, signature
@@ -127,9 +129,6 @@ def _decode(path, channels: int) -> torch.Tensor:
         except Exception as e:  # a format torchvision lacks (tiff, ...) or a corrupt file
             tv_err = e
     try:
-        import numpy as np
-        from PIL import Image
-
         with Image.open(path) as im:
             arr = np.array(im.convert("RGB" if channels == 3 else "L"))
     except Exception as pil_err:

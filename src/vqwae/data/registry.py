@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import Callable, Optional, Union
 
+from torch.utils.data import Subset
+
 from . import celeba, cifar10, digits, imagefolder, mnist, svhn
 from .base import ImageTensorDataset, Splits, not_found
 
@@ -43,8 +45,6 @@ def _cap(ds, n: Optional[int]):
         return ds
     if isinstance(ds, ImageTensorDataset):
         return ImageTensorDataset(ds.images[:n], ds.labels[:n], ds.classes)
-    from torch.utils.data import Subset
-
     return Subset(ds, range(n))
 
 

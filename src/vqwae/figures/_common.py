@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Sequence, Union
 
 import numpy as np
+import torch
 
 PathLike = Union[str, os.PathLike]
 DPI = 120
@@ -13,6 +14,7 @@ DPI = 120
 
 def new_figure(width: float, height: float):
     """A matplotlib Figure bound to an Agg canvas (works headless; never touches pyplot)."""
+    # Imported here: matplotlib costs ~0.9 s at import, and most commands draw nothing.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -30,27 +32,17 @@ def save_png(fig, path: PathLike) -> Path:
 
 
 def to_numpy_1d(values) -> np.ndarray:
-    try:
-        import torch
-
-        if isinstance(values, torch.Tensor):
-            values = values.detach().cpu().double().numpy()
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().double().numpy()
     return np.asarray(values, dtype=np.float64).reshape(-1)
 
 
 def images_to_numpy(images) -> np.ndarray:
     """(N, C, H, W) tensor/array (or a sequence of (C, H, W)) in [0, 1] -> (N, H, W, C) float in [0, 1]."""
-    try:
-        import torch
-
-        if isinstance(images, torch.Tensor):
-            images = images.detach().cpu().float().numpy()
-        elif isinstance(images, Sequence) and images and isinstance(images[0], torch.Tensor):
-            images = torch.stack([t.detach().cpu().float() for t in images]).numpy()
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(images, torch.Tensor):
+        images = images.detach().cpu().float().numpy()
+    elif isinstance(images, Sequence) and images and isinstance(images[0], torch.Tensor):
+        images = torch.stack([t.detach().cpu().float() for t in images]).numpy()
     arr = np.asarray(images, dtype=np.float32)
     if arr.ndim == 3:  # (N, H, W) greyscale
         arr = arr[:, None]

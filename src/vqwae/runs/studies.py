@@ -8,7 +8,7 @@ from pathlib import Path
 
 from torch.utils.data import DataLoader
 
-from vqwae.downstream import extract_features, probe_autoencoder, tsne_plot
+from vqwae.studies import extract_features, probe_autoencoder, tsne_plot
 from vqwae.runs import layout
 
 

@@ -1,5 +1,5 @@
 """Representation studies on a frozen autoencoder: linear probe and t-SNE with a silhouette score."""
-from vqwae.downstream.probe import (
+from vqwae.studies.probe import (
     FEATURE_KINDS,
     ProbeResult,
     Standardizer,
@@ -7,7 +7,7 @@ from vqwae.downstream.probe import (
     linear_probe,
     probe_autoencoder,
 )
-from vqwae.downstream.tsne import TSNEResult, plot_embedding, silhouette_2d, tsne_embed, tsne_plot
+from vqwae.studies.tsne import TSNEResult, plot_embedding, silhouette_2d, tsne_embed, tsne_plot
 
 __all__ = [
     "FEATURE_KINDS",

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
+
+# scikit-learn (~1.6 s) and matplotlib (~0.9 s) are imported inside the functions that use them: every
+# vqwae command imports this module, few of them draw a t-SNE.
 
 
 @dataclass
@@ -25,13 +29,8 @@ class TSNEResult:
 
 
 def _to_numpy(x) -> np.ndarray:
-    try:
-        import torch
-
-        if isinstance(x, torch.Tensor):
-            return x.detach().cpu().numpy()
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
     return np.asarray(x)
 
 

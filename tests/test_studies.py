@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 
-from vqwae.downstream import (
+from vqwae.studies import (
     Standardizer,
     extract_features,
     linear_probe,
@@ -135,7 +135,7 @@ def test_tsne_survives_coincident_points(tmp_path):
     them (the whole process died). 800 points in two exact duplicates: both the exact and BH paths."""
     import numpy as np
 
-    from vqwae.downstream import tsne_plot
+    from vqwae.studies import tsne_plot
 
     for n in (40, 800):
         x = np.zeros((n, 64), dtype=np.float32)

@@ -1,0 +1,75 @@
+"""The one list of options: every option declared once, reachable by flag and config file, typed, versioned."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from vqwae.data import load_split, load_splits
+from vqwae.options import coerce, leaves
+from vqwae.quantizers import WassersteinOptions
+from vqwae.runs.layout import read_config, resume_config
+from vqwae.training import TrainConfig
+from vqwae.training.config import FORMAT_VERSION, load_config_file
+
+
+def test_every_option_has_one_flat_name_a_help_and_a_flag():
+    names = [leaf.flat for leaf in leaves(TrainConfig)]
+    assert len(names) == len(set(names))
+    assert all(leaf.help for leaf in leaves(TrainConfig))
+    # a method's options reach the training config without being listed anywhere else
+    assert {f"{leaf.flat}" for leaf in leaves(WassersteinOptions)} <= set(names)
+    helptext = subprocess.run([sys.executable, "-m", "vqwae", "train", "--help"], capture_output=True, text=True,
+                              env={"COLUMNS": "250", "PATH": ""}).stdout
+    for name in names:
+        if name not in ("out", "preset"):  # --out and --preset are the command's own options
+            assert f"--{name.replace('_', '-')}" in helptext, name
+    assert "[default: 0.003]" in helptext  # defaults shown, from the declaration
+
+
+def test_values_are_coerced_by_type_or_rejected_naming_the_key(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("lr: 5e-4\nnum_codes: '64'\nlearn_pi: 'no'\nmax_steps: null\n")  # YAML reads 5e-4 as a string
+    cfg = TrainConfig.resolve(config_file=f)
+    assert (cfg.optim.lr, cfg.quantizer.num_codes, cfg.quantizer.vqwae.learn_pi) == (5e-4, 64, False)
+    for text, key in (("epochs: ten\n", "epochs"), ("batch_size: 32.5\n", "batch_size")):
+        f.write_text(text)
+        with pytest.raises(ValueError, match=f"{key}: .* is not an integer"):
+            TrainConfig.resolve(config_file=f)
+    with pytest.raises(ValueError, match="ws_weight must be >= 0"):
+        TrainConfig.resolve(ws_weight=-1.0)
+    assert coerce("none", int | None, "x") is None
+
+
+def test_flat_and_nested_config_files_are_the_same_config(tmp_path):
+    flat, nested = tmp_path / "flat.yaml", tmp_path / "nested.json"
+    flat.write_text("ws_weight: 1.0e-3\nepochs: 7\ndataset: digits\n")
+    nested.write_text(json.dumps({"quantizer": {"vqwae": {"ws_weight": 1e-3}}, "optim": {"epochs": 7},
+                                  "data": {"dataset": "digits"}}))
+    assert TrainConfig.resolve(config_file=flat) == TrainConfig.resolve(config_file=nested)
+    assert load_config_file(nested)["quantizer.vqwae.ws_weight"] == 1e-3
+
+
+def test_config_json_versions_and_resume_rules(tmp_path):
+    cfg = TrainConfig.resolve(dataset="digits", num_codes=32, out=str(tmp_path))
+    saved = cfg.to_dict()
+    assert saved["format_version"] == FORMAT_VERSION and saved["quantizer"]["num_codes"] == 32
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert read_config(tmp_path) == cfg
+    assert resume_config(tmp_path, {"epochs": 3, "num_codes": None}).optim.epochs == 3  # schedule may change
+    with pytest.raises(ValueError, match="differ from it: lr"):
+        resume_config(tmp_path, {"lr": 0.5})
+    newer = dict(saved, format_version=FORMAT_VERSION + 1)
+    (tmp_path / "config.json").write_text(json.dumps(newer))
+    with pytest.raises(ValueError, match="newer vqwae"):
+        read_config(tmp_path)
+
+
+def test_load_split_is_the_split_of_load_splits():
+    both = load_splits("digits", None, train_limit=40, eval_limit=30, seed=3)
+    for split, n in (("train", 40), ("val", 30), ("test", 30)):
+        one, info = load_split("digits", None, split, limit=n, seed=3)
+        assert torch.equal(one.images, getattr(both, split).images) and info == both.info
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        load_split("digits", None, "dev")
