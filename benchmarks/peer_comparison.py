@@ -14,6 +14,7 @@ Writes benchmarks/results/peer_<dataset>_<steps>.json and a plot of test perplex
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -28,7 +29,8 @@ from vqwae.data import load_splits
 from vqwae.metrics.usage import CodeUsage
 from vqwae.models import NetworkConfig, VQAutoencoder
 from vqwae.models.networks import build_networks
-from vqwae.quantizers import QuantizerOutput
+from vqwae.quantizers import QuantizerOutput, build_quantizer
+from vqwae.training.config import TrainConfig
 
 HERE = Path(__file__).resolve().parent
 
@@ -53,11 +55,8 @@ class PeerQuantizer(nn.Module):
 
 
 def _paper_preset() -> dict:
-    """The quantizer arguments of `vqwae train --preset paper` (the authors' configuration), from the preset."""
-    from vqwae.training.config import TrainConfig
-
-    kind, kwargs = TrainConfig.resolve(preset="paper", model="vqwae").quantizer_kind_and_kwargs(64)
-    return {k: v for k, v in kwargs.items() if k not in ("num_codes", "dim", "num_positions")}
+    """The quantizer options of `vqwae train --preset paper` (the authors' configuration), from the preset."""
+    return dataclasses.asdict(TrainConfig.resolve(preset="paper").quantizer.vqwae)
 
 
 # name -> (quantizer kind or "peer", quantizer kwargs). "VQ-WAE default" is WassersteinQuantizer() as shipped
@@ -99,8 +98,6 @@ def build(name: str, channels: int, seed: int) -> VQAutoencoder:
         torch.manual_seed(seed + 1)
         return VQAutoencoder(enc, PeerQuantizer(), dec)
     torch.manual_seed(seed + 1)
-    from vqwae.quantizers import build_quantizer
-
     return VQAutoencoder(enc, build_quantizer(kind, **{"num_codes": 512, "dim": 64, "num_positions": 64, **kwargs})
                          if kind == "wasserstein" else build_quantizer(kind, num_codes=512, dim=64, **kwargs), dec, net)
 

@@ -14,13 +14,11 @@ Runs whose folder already holds results are not repeated (delete the folder to r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,7 +30,7 @@ from vqwae.models import VQAutoencoder
 from vqwae.training.config import TrainConfig
 from vqwae.training.trainer import train
 
-# name -> (TrainConfig model, WassersteinQuantizer keyword overrides)
+# name -> (TrainConfig model, TrainConfig option overrides: every WassersteinQuantizer option is one)
 RUNS = {
     "vqvae": ("vqvae", {}),
     # the recommended default: the semidiscrete solver and the data-dependent codebook initialisation
@@ -44,25 +42,6 @@ RUNS = {
     "exact-normal-init": ("vqwae", dict(solver="exact", codebook_init="normal")),
     "sqvae": ("sqvae", {}),
 }
-
-
-@dataclass(frozen=True)
-class BenchTrainConfig(TrainConfig):
-    """TrainConfig plus quantizer keyword overrides (recorded in the run's config.json), so that every
-    WassersteinQuantizer option can be benchmarked through the unchanged trainer."""
-
-    quantizer_overrides: tuple = ()
-
-    def quantizer_kind_and_kwargs(self, latent_positions: int):
-        kind, kwargs = super().quantizer_kind_and_kwargs(latent_positions)
-        if kind == "wasserstein":
-            kwargs.update(dict(self.quantizer_overrides))
-            if "sinkhorn_iters" not in dict(self.quantizer_overrides):
-                kwargs.pop("sinkhorn_iters", None)  # the quantizer's own defaults for what is not overridden
-            for key in ("epsilon", "phi_iterations"):
-                if key not in dict(self.quantizer_overrides):
-                    kwargs.pop(key, None)
-        return kind, kwargs
 
 
 @torch.no_grad()
@@ -111,10 +90,9 @@ def main(argv=None):
         if result_file.exists():
             rows.append(json.loads(result_file.read_text()))
             continue
-        cfg = BenchTrainConfig(model=model_kind, dataset=a.dataset, data_root=a.data_root, out=str(run_dir),
-                               epochs=a.epochs, max_steps=a.max_steps, train_limit=a.train_limit,
-                               eval_limit=a.eval_limit, seed=a.seed, device="cpu",
-                               quantizer_overrides=tuple(sorted(overrides.items())))
+        cfg = TrainConfig.resolve(model=model_kind, dataset=a.dataset, data_root=a.data_root, out=str(run_dir),
+                                  epochs=a.epochs, max_steps=a.max_steps, train_limit=a.train_limit,
+                                  eval_limit=a.eval_limit, seed=a.seed, device="cpu", **overrides)
         load0 = " ".join(f"{v:.2f}" for v in os.getloadavg())
         t0 = time.perf_counter()
         res = train(cfg, progress=False)
