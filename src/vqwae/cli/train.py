@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+
 
 import typer
 
@@ -16,9 +16,9 @@ from vqwae.training import TrainConfig, TrainingDiverged, train
 @with_config_options(TrainConfig, skip=("out", "preset"))
 def train_command(
     out: Path = typer.Option(..., "--out", help="Run folder (RUN_DIR): config, weights, metrics, resumable state."),
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML or JSON file of options (flat names or "
+    config: Path | None = typer.Option(None, "--config", help="YAML or JSON file of options (flat names or "
                                           "nested sections); flags override it."),
-    preset: Optional[str] = typer.Option(None, help="Named settings: 'paper' (the authors' exact configuration)."),
+    preset: str | None = typer.Option(None, help="Named settings: 'paper' (the authors' exact configuration)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last completed epoch."),
     **options,
 ) -> None:

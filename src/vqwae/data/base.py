@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 import torch
 from torch.utils.data import Dataset
@@ -50,7 +50,7 @@ class DatasetInfo:
     name: str
     channels: int
     image_size: int
-    num_classes: Optional[int]
+    num_classes: int | None
 
 
 @dataclass
@@ -76,8 +76,8 @@ class ImageTensorDataset(Dataset):
     vectorised index, which is faster than a ``DataLoader`` for small images.
     """
 
-    def __init__(self, images: torch.Tensor, labels: Optional[torch.Tensor] = None,
-                 classes: Optional[Sequence[str]] = None):
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor | None = None,
+                 classes: Sequence[str] | None = None):
         if images.ndim != 4:
             raise ValueError(f"images must be (N, C, H, W), got shape {tuple(images.shape)}")
         if images.dtype not in (torch.uint8, torch.float32):
@@ -123,7 +123,7 @@ class ImageTensorDataset(Dataset):
         return f"ImageTensorDataset(n={n}, shape=({c}, {h}, {w}), dtype={self.images.dtype})"
 
 
-def limit(n: int, lim: Optional[int]) -> int:
+def limit(n: int, lim: int | None) -> int:
     """Number of items kept from ``n`` under the limit ``lim`` (``None`` = all)."""
     if lim is None:
         return n

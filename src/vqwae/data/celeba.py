@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
+
 
 import torch
 
@@ -36,7 +36,7 @@ HOW = ("pass download=True when online (torchvision fetches it from Google Drive
        "(img_align_celeba.zip and list_eval_partition.txt from the CelebA website)")
 
 
-def _dir(root: Path) -> Optional[Path]:
+def _dir(root: Path) -> Path | None:
     for cand in (root / "celeba", root):
         if (cand / "img_align_celeba").is_dir() and any((cand / p).is_file() for p in PARTITION_FILES):
             return cand

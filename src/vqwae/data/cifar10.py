@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Optional
+
 
 import numpy as np
 import torch
@@ -42,14 +42,14 @@ HOW = ("pass download=True when online (torchvision fetches the python batches i
        "(e.g. ../shared/data, which holds cifar10-jpeg/)")
 
 
-def _batch_dir(root: Path) -> Optional[Path]:
+def _batch_dir(root: Path) -> Path | None:
     for cand in (root / BATCH_DIR, root):
         if all((cand / b).is_file() for b in TRAIN_BATCHES + [TEST_BATCH]):
             return cand
     return None
 
 
-def _jpeg_dir(root: Path) -> Optional[Path]:
+def _jpeg_dir(root: Path) -> Path | None:
     for cand in (root, root / "cifar10-jpeg"):
         if (cand / "train").is_dir() and (cand / "test").is_dir():
             return cand

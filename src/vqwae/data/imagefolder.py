@@ -19,7 +19,7 @@ cache only the needed files are decoded.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+
 
 import torch
 
@@ -75,7 +75,7 @@ class _Source:
         return out
 
 
-def _split_dirs(root: Path) -> Optional[tuple[Path, Optional[Path], Path]]:
+def _split_dirs(root: Path) -> tuple[Path, Path | None, Path] | None:
     if (root / "train").is_dir() and (root / "test").is_dir():
         val = next((root / v for v in ("val", "valid") if (root / v).is_dir()), None)
         return root / "train", val, root / "test"

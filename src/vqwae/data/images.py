@@ -16,7 +16,7 @@ import functools
 import os
 import warnings
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -64,8 +64,8 @@ def interleave(groups: Sequence[Sequence]) -> list:
     return out
 
 
-def scan_class_tree(folder: Path, classes: Optional[Sequence[str]] = None,
-                    ) -> tuple[list[str], list[int], Optional[list[str]]]:
+def scan_class_tree(folder: Path, classes: Sequence[str] | None = None,
+                    ) -> tuple[list[str], list[int], list[str] | None]:
     """Files and labels of an image folder.
 
     If ``folder`` has subfolders holding images, each is a class: classes are the subfolder
@@ -121,7 +121,7 @@ def _quiet_tv():
 
 def _decode(path, channels: int) -> torch.Tensor:
     tv = _tv_io()
-    tv_err: Optional[Exception] = None
+    tv_err: Exception | None = None
     if tv is not None:
         decode_image, read_file, mode = tv
         try:
@@ -148,7 +148,7 @@ def decode_file(path, channels: int = 3) -> torch.Tensor:
         return _decode(path, channels)
 
 
-def _transform(img: torch.Tensor, crop: Optional[int | str], size: Optional[int]) -> torch.Tensor:
+def _transform(img: torch.Tensor, crop: int | str | None, size: int | None) -> torch.Tensor:
     """Center-crop (``"square"``: the largest centered square; int: that side, or less for a
     smaller image) then resize
     (bilinear, antialiased) to ``size`` x ``size``."""
@@ -164,14 +164,14 @@ def _transform(img: torch.Tensor, crop: Optional[int | str], size: Optional[int]
     return img
 
 
-def decode_files(files: Sequence, channels: int = 3, crop: Optional[int | str] = None,
-                 size: Optional[int] = None) -> torch.Tensor:
+def decode_files(files: Sequence, channels: int = 3, crop: int | str | None = None,
+                 size: int | None = None) -> torch.Tensor:
     """Decode ``files`` into one uint8 ``(N, channels, S, S)`` tensor.
 
     Each image is center-cropped (``crop``) and resized (``size``) first. Without ``size`` all
     images must share the first one's size, else the error names the odd file.
     """
-    out: Optional[torch.Tensor] = None
+    out: torch.Tensor | None = None
     with _quiet_tv():
         for i, f in enumerate(files):
             img = _transform(_decode(f, channels), crop, size)
@@ -189,8 +189,8 @@ def decode_files(files: Sequence, channels: int = 3, crop: Optional[int | str] =
 
 
 def decode_cached(files: Sequence, *, root: Path, tag: str, channels: int = 3,
-                  crop: Optional[int | str] = None, size: Optional[int] = None,
-                  subset: Optional[Sequence[int]] = None, use_cache: bool = True) -> torch.Tensor:
+                  crop: int | str | None = None, size: int | None = None,
+                  subset: Sequence[int] | None = None, use_cache: bool = True) -> torch.Tensor:
     """Decode ``files`` (all, or the rows ``subset`` in that order) with the on-disk cache.
 
     * cache valid (same files, sizes, mtimes and parameters): read from it (memory-mapped,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
-from typing import Optional
+
 
 import numpy as np
 import torch
@@ -31,14 +31,14 @@ HOW = ("pass download=True when online (torchvision downloads into ROOT/MNIST/ra
        "--data-root / root pointing at a folder with that layout (e.g. ../shared/data)")
 
 
-def _find(path: Path, stem: str) -> Optional[Path]:
+def _find(path: Path, stem: str) -> Path | None:
     for p in (path / stem, path / (stem + ".gz")):
         if p.is_file():
             return p
     return None
 
 
-def _raw_dir(root: Path) -> Optional[Path]:
+def _raw_dir(root: Path) -> Path | None:
     """The folder holding the four IDX files, or None."""
     for cand in (root / "MNIST" / "raw", root / "raw", root):
         if all(_find(cand, s) for s in FILES.values()):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable
 
 from torch.utils.data import Subset
 
@@ -39,7 +39,7 @@ def normalise_name(name: str) -> str:
     return str(name).strip().lower().replace("-", "").replace("_", "")
 
 
-def _cap(ds, n: Optional[int]):
+def _cap(ds, n: int | None):
     """Enforce a limit on a returned split (loaders already apply it; this is a safety net)."""
     if n is None or len(ds) <= n:
         return ds
@@ -48,9 +48,9 @@ def _cap(ds, n: Optional[int]):
     return Subset(ds, range(n))
 
 
-def load_splits(name: str, root: Union[str, os.PathLike, None], *, train_limit: Optional[int] = None,
-                eval_limit: Optional[int] = None, download: bool = False,
-                image_size: Optional[int] = None, seed: int = 0) -> Splits:
+def load_splits(name: str, root: str | os.PathLike | None, *, train_limit: int | None = None,
+                eval_limit: int | None = None, download: bool = False,
+                image_size: int | None = None, seed: int = 0) -> Splits:
     """Load the train / val / test splits of dataset ``name`` stored under ``root``.
 
     Args:
@@ -99,8 +99,8 @@ def load_splits(name: str, root: Union[str, os.PathLike, None], *, train_limit: 
 SPLITS = ("train", "val", "test")
 
 
-def load_split(name: str, root: Union[str, os.PathLike, None], split: str, *, limit: Optional[int] = None,
-               download: bool = False, image_size: Optional[int] = None, seed: int = 0):
+def load_split(name: str, root: str | os.PathLike | None, split: str, *, limit: int | None = None,
+               download: bool = False, image_size: int | None = None, seed: int = 0):
     """One split ("train", "val" or "test") of dataset ``name``: (dataset, :class:`DatasetInfo`), the first
     ``limit`` images (None: all). The other splits are not decoded (their limit is 0)."""
     if split not in SPLITS:

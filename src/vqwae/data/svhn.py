@@ -13,7 +13,7 @@ train = the rest (65,932), test = the official 26,032 test images.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ HOW = ("pass download=True when online (torchvision fetches the .mat files into 
        "(from http://ufldl.stanford.edu/housenumbers/)")
 
 
-def _dir(root: Path) -> Optional[Path]:
+def _dir(root: Path) -> Path | None:
     for cand in (root, root / "svhn", root / "SVHN"):
         if all((cand / f).is_file() for f in FILES.values()):
             return cand

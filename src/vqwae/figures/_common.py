@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Sequence
 
 import numpy as np
 import torch
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 DPI = 120
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable
 
 from vqwae.figures._common import PathLike, new_figure, save_png
 
@@ -66,7 +66,7 @@ def group_metric_keys(keys: Iterable[str]) -> list[tuple[str, list[str]]]:
     return panels
 
 
-def training_curves(metrics_jsonl_path: PathLike, path: PathLike, *, title: Optional[str] = None, ncols: int = 3) -> Path:
+def training_curves(metrics_jsonl_path: PathLike, path: PathLike, *, title: str | None = None, ncols: int = 3) -> Path:
     """Plot every numeric key of a metrics.jsonl log against epoch (or step, or line number).
 
     Panels: one per loss term (``train/loss``, ``train/ws``, ``train/kl`` ..., with the ``val/``

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+
 
 import numpy as np
 
@@ -26,7 +26,7 @@ def reconstruction_grid(
     path: PathLike,
     nrow: int = 8,
     *,
-    title: Optional[str] = "Reconstructions",
+    title: str | None = "Reconstructions",
     max_images: int = 64,
 ) -> Path:
     """Save a PNG with rows of ``nrow`` originals, each followed by the row of their reconstructions.

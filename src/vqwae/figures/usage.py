@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping
 
 import numpy as np
 
@@ -76,8 +76,8 @@ def side_by_side_usage(
     path: PathLike,
     *,
     sort: bool = True,
-    title: Optional[str] = "Code usage by model",
-    ncols: Optional[int] = None,
+    title: str | None = "Code usage by model",
+    ncols: int | None = None,
 ) -> Path:
     """One usage panel per model (same y scale), sorted by usage by default for comparing shapes."""
     if not counts_by_model:
