@@ -4,4 +4,5 @@
     evaluation   reconstruction metrics, code usage and pictures of a split  (vqwae eval)
     prior        the stage-two PixelCNN prior of a run: train, sample, generation FID  (vqwae prior train / sample)
     studies      linear probe and t-SNE of the quantized latents  (vqwae probe / tsne)
+    demo         VQ-WAE against VQ-VAE on the embedded digits, two runs compared  (vqwae demo)
 """
