@@ -24,8 +24,10 @@ def train_command(
 ) -> None:
     """Train VQ-WAE, VQ-VAE or SQ-VAE on a dataset; writes RUN_DIR (see README)."""
     options["out"] = str(out)
+    if resume and not (out / CONFIG).is_file():
+        fail(f"--resume: {out} holds no run to continue (no {CONFIG}); leave out --resume to start one")
     try:
-        if resume and (out / CONFIG).is_file():
+        if resume:
             cfg = resume_config(out, options)  # the run's own configuration; only its schedule may change
         else:
             cfg = TrainConfig.resolve(preset=preset, config_file=config, **options)

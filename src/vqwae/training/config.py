@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 import yaml
 
 from vqwae.data.options import DataOptions
@@ -83,6 +84,11 @@ class RunOptions:
 
     def __post_init__(self):
         check_fields(self)
+        if self.device != "auto":
+            try:
+                torch.device(self.device)
+            except RuntimeError:
+                raise ValueError(f"unknown device {self.device!r}; valid: auto, cpu, cuda, cuda:N, mps") from None
 
 
 @dataclass(frozen=True)
