@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from vqwae import threads as threadmod
 from vqwae.metrics import fid as fidmod
 from vqwae.metrics.evaluate import evaluate_reconstructions
 from vqwae.metrics.fid import (
@@ -327,7 +328,7 @@ def test_inception_matches_torch_fidelity(shared_weights):
     tf_net = _torch_fidelity_from_torchscript(inc.module)
     x = torch.rand(1, 3, 32, 32)
     g = torch.rand(1, 1, 28, 28)
-    with torch.inference_mode(), fidmod.cpu_threads():
+    with torch.inference_mode(), threadmod.cpu_threads():
         ref = tf_net(quantize_uint8(x))[0].double()
         ref_g = tf_net(quantize_uint8(g).repeat(1, 3, 1, 1))[0].double()
     assert torch.allclose(inc(x), ref, atol=1e-4, rtol=1e-4)
@@ -516,11 +517,11 @@ def test_metric_threads_leave_cpus_that_other_work_keeps_busy(tmp_path, monkeypa
     # used because it still counts work that has just finished (this process's own training, say).
     p = tmp_path / "loadavg"
     p.write_text("7.90 3.10 1.20 3/412 12345\n")
-    assert fidmod._runnable_others(readings=3, interval=0, path=str(p)) == 2
+    assert threadmod._runnable_others(readings=3, interval=0, path=str(p)) == 2
     p.write_text("7.90 3.10 1.20 1/412 12345\n")  # only the reader: the machine is idle whatever the average
-    assert fidmod._runnable_others(readings=1, interval=0, path=str(p)) == 0
-    assert fidmod._runnable_others(readings=1, interval=0, path=str(tmp_path / "missing")) == 0
-    monkeypatch.setattr(fidmod.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert threadmod._runnable_others(readings=1, interval=0, path=str(p)) == 0
+    assert threadmod._runnable_others(readings=1, interval=0, path=str(tmp_path / "missing")) == 0
+    monkeypatch.setattr(threadmod.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     for others, expected in ((0, 4), (1, 3), (3, 1), (9, 1)):
-        monkeypatch.setattr(fidmod, "_runnable_others", lambda others=others: others)
-        assert fidmod.default_num_threads() == expected
+        monkeypatch.setattr(threadmod, "_runnable_others", lambda others=others: others)
+        assert threadmod.default_num_threads() == expected

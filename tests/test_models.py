@@ -25,8 +25,8 @@ def test_missing_buffer_loads_with_warning_but_missing_parameter_fails(tmp_path)
     m = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", num_codes=32)
     m.save_pretrained(tmp_path)
     state = load_file(str(tmp_path / "model.safetensors"))
-    save_file({k: v for k, v in state.items() if k != "quantizer.potential_scale"}, str(tmp_path / "model.safetensors"))
-    with pytest.warns(UserWarning, match="potential_scale"):
+    save_file({k: v for k, v in state.items() if k != "quantizer.solver.scale"}, str(tmp_path / "model.safetensors"))
+    with pytest.warns(UserWarning, match="solver.scale"):
         VQAutoencoder.from_pretrained(tmp_path)
     save_file({k: v for k, v in state.items() if k != "quantizer.embedding"}, str(tmp_path / "model.safetensors"))
     with pytest.raises(ValueError, match="quantizer.embedding"):

@@ -27,11 +27,11 @@ def test_semidiscrete_update_uses_the_power_assignment_not_the_nearest_code():
     q = WassersteinQuantizer(num_codes=8, dim=2, num_positions=1, codebook_update="transport",
                              codebook_init="normal", codebook_decay=0.0).train()
     with torch.no_grad():  # a potential that makes the power cells differ from the nearest-code cells
-        q.potential_scale.fill_(1.0)
-        q.code_potential.copy_(torch.linspace(-2, 2, 8)[None])
+        q.solver.scale.fill_(1.0)
+        q.solver.potential.copy_(torch.linspace(-2, 2, 8)[None])
     z = torch.randn(64, 2, 1, 1)
     x = z.reshape(64, 1, 2)
-    nearest, assigned, _ = assign(x, q.embedding.detach(), q.potential_scale * q.code_potential)
+    nearest, assigned, _ = assign(x, q.embedding.detach(), q.solver.code_potential())
     assert not torch.equal(nearest, assigned)
     before = q.embedding.detach().clone()
     q(z)

@@ -20,6 +20,7 @@ from typing import Optional
 import typer
 
 from vqwae.cli.errors import fail
+from vqwae.threads import cpu_threads, library_threads
 
 Opt = typer.Option
 Arg = typer.Argument
@@ -45,24 +46,8 @@ def _check_run(run_dir: Path) -> None:
 
 
 def _threads(dev, threads: Optional[int]):
-    """On the CPU: torch's intra-op threads for the command (None: the idle CPUs, see
-    vqwae.metrics.fid.default_num_threads; oversubscribed threads on a shared machine are many times slower)."""
-    if dev.type != "cpu":
-        return contextlib.nullcontext()
-    from vqwae.metrics.fid import cpu_threads
-
-    return cpu_threads(threads)
-
-
-def _sklearn_threads(threads: Optional[int]):
-    """Cap scikit-learn's OpenMP / BLAS threads (t-SNE, PCA) like torch's."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a scikit-learn dependency
-        return contextlib.nullcontext()
-    from vqwae.metrics.fid import default_num_threads
-
-    return threadpool_limits(threads if threads is not None else default_num_threads())
+    """On the CPU: torch's intra-op threads for the command (None: the idle CPUs, vqwae.threads)."""
+    return cpu_threads(threads) if dev.type == "cpu" else contextlib.nullcontext()
 
 
 THREADS_HELP = "CPU threads [default: the CPUs not already busy]."
@@ -261,7 +246,7 @@ def tsne_command(
     _positive("--threads", threads)
     dev = _device(device)
     try:
-        with _threads(dev, threads) as _, _sklearn_threads(threads):
+        with _threads(dev, threads) as _, library_threads(threads):
             merged = tsne_run(run_dir, n=n, out_png=out, device=dev, batch_size=batch_size, perplexity=perplexity,
                               seed=seed, data_root=data_root)
     except (FileNotFoundError, ValueError) as e:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Iterable, Optional
 
 import torch
+
+from vqwae.files import atomic_torch_save
 
 __all__ = ["cache_dir", "cache_path", "signature", "load_cache", "save_cache"]
 
@@ -81,19 +82,7 @@ def save_cache(path: Path, obj: dict) -> bool:
     """Atomically write ``obj`` to ``path``; drop older caches of the same source. True on success."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(obj, f)
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600; a cache may be shared
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_torch_save(obj, path)
     except OSError as e:
         warnings.warn(f"could not write dataset cache {path}: {e}", stacklevel=2)
         return False

@@ -32,12 +32,12 @@ from vqwae.metrics.fid import (
     FIDStatsCache,
     InceptionFeatures,
     StatsKey,
-    cpu_threads,
     feature_statistics,
     fid_from_features,
     frechet_distance,
     load_inception,
 )
+from vqwae.threads import cpu_threads
 from vqwae.metrics.image import Resolution, check_resolution, prepare_images, psnr_per_image, ssim_per_image
 from vqwae.metrics.lpips import LPIPS, load_lpips
 from vqwae.metrics.usage import CodeUsage
@@ -101,7 +101,7 @@ def evaluate_reconstructions(
         skip_reasons: reasons to report for metrics whose network is None, e.g. the reason
             returned by :func:`load_lpips` (``{"lpips": why, "rfid": why}``).
         num_threads: torch CPU threads during the evaluation when ``device`` is the CPU (default:
-            :func:`~vqwae.metrics.fid.default_num_threads`); restored afterwards.
+            :func:`~vqwae.threads.default_num_threads`); restored afterwards.
 
     Returns keys ``num_images, resolution, mse, psnr, ssim, lpips, rfid, perplexity, codes_used,
     num_codes, code_counts, seconds`` (+ ``lpips_skipped`` / ``rfid_skipped``, + ``rfid_real_stats``:

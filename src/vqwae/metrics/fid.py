@@ -25,7 +25,7 @@ or a folder holding it, or a folder holding ``inception/`` with it) -> when ``do
 torch-fidelity is installed, torch-fidelity's own InceptionV3 (it downloads its converted weights
 and applies the same preprocessing internally) -> ``(None, reason)``.
 On a 2-core CPU the network costs about 0.1-0.2 s per image (more if the cores are oversubscribed,
-see :func:`default_num_threads`).
+see :func:`vqwae.threads.default_num_threads`).
 """
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ import hashlib
 import json
 import os
 import time
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,6 +42,8 @@ from typing import Callable, Iterator, Optional, Union
 import numpy as np
 import torch
 
+from vqwae.files import atomic_path
+from vqwae.threads import cpu_threads
 from vqwae.metrics._weights import PathLike, env_path, file_sha256
 
 __all__ = [
@@ -62,8 +63,6 @@ __all__ = [
     "FIDStatsCache",
     "dataset_fingerprint",
     "default_fid_cache_dir",
-    "cpu_threads",
-    "default_num_threads",
 ]
 
 INCEPTION_ENV = "VQWAE_INCEPTION_WEIGHTS"
@@ -122,61 +121,6 @@ def preprocess_for_inception(images: torch.Tensor) -> torch.Tensor:
     return (x - 128.0) / 128.0
 
 
-def default_num_threads() -> int:
-    """CPU threads for metric networks: the CPUs this process may use, minus those other work keeps busy.
-
-    On a shared machine, oversubscribed intra-op threads are much slower than fewer threads (measured here
-    with 2 cores and a load of ~5: Inception took 0.15 s/image on 1 thread vs 0.45 s/image on 2); an idle
-    machine gets all its CPUs. "Busy" is the number of runnable tasks other than this one right now (Linux
-    /proc/loadavg, the median of a few readings), not the 1-minute load average: that average still counts
-    work that has just finished, such as this very process's training a moment ago.
-    """
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        n = os.cpu_count() or 1
-    return max(1, n - _runnable_others())
-
-
-def _runnable_others(readings: int = 5, interval: float = 0.02, path: str = "/proc/loadavg") -> int:
-    """Runnable tasks on the machine besides the reading thread (0 where /proc/loadavg is unavailable)."""
-    counts = []
-    for i in range(readings):
-        try:
-            with open(path) as f:
-                counts.append(int(f.read().split()[3].split("/")[0]) - 1)
-        except (OSError, ValueError, IndexError):
-            return 0
-        if i + 1 < readings:
-            time.sleep(interval)
-    return max(0, sorted(counts)[len(counts) // 2])
-
-
-_THREAD_SCOPES = [0]  # nesting depth of cpu_threads()
-
-
-@contextlib.contextmanager
-def cpu_threads(n: Optional[int] = None) -> Iterator[int]:
-    """Temporarily set torch's intra-op CPU threads, restoring them afterwards.
-
-    ``n=None``: :func:`default_num_threads`, except inside another ``cpu_threads`` block, whose
-    setting is kept (so a per-batch call does not re-decide the thread count every batch).
-    """
-    old = torch.get_num_threads()
-    if n is None:
-        n = old if _THREAD_SCOPES[0] > 0 else default_num_threads()
-    n = max(1, int(n))
-    if n != old:
-        torch.set_num_threads(n)
-    _THREAD_SCOPES[0] += 1
-    try:
-        yield n
-    finally:
-        _THREAD_SCOPES[0] -= 1
-        if torch.get_num_threads() != old:
-            torch.set_num_threads(old)
-
-
 # -- the network --------------------------------------------------------------------------------
 class InceptionFeatures:
     """Callable: images (N, C, H, W) in [0, 1] (or uint8) -> (N, 2048) float64 pool3 features.
@@ -185,7 +129,7 @@ class InceptionFeatures:
     torch-fidelity's ``FeatureExtractorInceptionV3`` (``backend="torch-fidelity"``: it is fed
     uint8 and resizes / normalises itself, identically). Batches of ``batch_size`` under
     ``torch.inference_mode``; on CPU it uses ``num_threads`` threads (default:
-    :func:`default_num_threads`, the allowed CPUs that are not already busy).
+    :func:`vqwae.threads.default_num_threads`, the allowed CPUs that are not already busy).
     ``identity`` names the weights (sha256 of the file), for cache keys.
     """
 
@@ -479,24 +423,13 @@ class FIDStatsCache:
     def save(self, key: StatsKey, weights_identity: str, mu: np.ndarray, sigma: np.ndarray, *, num_images: Optional[int] = None) -> Optional[Path]:
         p = self.path(key, weights_identity)
         meta = json.dumps(self._meta(key, weights_identity), sort_keys=True)
-        tmp = None
         try:
-            p.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.stem}.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
+            with atomic_path(p) as tmp, open(tmp, "wb") as f:
                 np.savez(f, mu=np.asarray(mu, np.float64), sigma=np.asarray(sigma, np.float64), meta=np.array(meta),
                          num_images=np.array(-1 if num_images is None else int(num_images)))
-                f.flush()
-                os.fsync(f.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual mode
-            os.replace(tmp, p)
             return p
         except OSError as e:
             warnings.warn(f"could not write FID statistics cache {p}: {e}")
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
             return None
 
     def get_or_compute(

@@ -6,6 +6,7 @@ For each group m (a latent position), with latents z_i (weights 1/N), codewords 
 
 Any phi gives a lower bound of the entropic OT value W_eps (weak duality); the maximum equals it. phi^m is
 a small MLP on the codeword (D -> hidden -> 1), one per group, all groups batched in one einsum.
+:class:`DualSolver` holds the potentials and, per training step, ascends them, then evaluates S as the WS term.
 """
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ import math
 
 import torch
 from torch import nn
+
+from vqwae.ot.cost import squared_distances
+from vqwae.ot.transport import Solver, Transport, positions_as_groups
 
 
 def semi_dual(cost: torch.Tensor, log_pi: torch.Tensor, phi: torch.Tensor, eps: float | torch.Tensor) -> torch.Tensor:
@@ -73,3 +77,26 @@ class KantorovichPotential(nn.Module):
                 v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
                 step = self.lr * math.sqrt(1 - b2**t) / (1 - b1**t)
                 p.addcdiv_(m, v.sqrt().add_(self.adam_eps), value=step)  # ascent: + lr * m / sqrt(v)
+
+
+class DualSolver(Solver):
+    """The paper's semi-dual (Eq. (6)) with one Kantorovich potential network per group."""
+
+    def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False, *, dim: int,
+                 epsilon: float = 0.05, iterations: int = 5, hidden: int = 64, lr: float = 1e-3):
+        super().__init__(groups, num_codes, shared, global_batch)
+        self.epsilon, self.iterations = epsilon, iterations
+        self.phi = KantorovichPotential(groups, dim, hidden, lr)
+
+    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None) -> Transport:
+        x = positions_as_groups(flat, self.shared)  # (G, N, D)
+        cost = squared_distances(x, codebook)  # (G, N, K), differentiable
+        eps = self.epsilon * cost.detach().mean()
+        if update:
+            self.phi.ascend(cost, log_pi, codebook, eps, self.iterations)
+        phi = self.phi(codebook)
+        plan = None
+        if want_plan:  # the semi-dual's primal plan: P_ik = softmax_k(log pi_k + (phi_k - C_ik) / eps) / N
+            with torch.no_grad():
+                plan = torch.softmax(log_pi.unsqueeze(1) + (phi.unsqueeze(1) - cost) / eps, dim=-1) / cost.shape[1]
+        return Transport(value=semi_dual(cost, log_pi, phi, eps).sum(), x=x.detach(), plan=plan)

@@ -3,12 +3,16 @@
 This is how the authors run VQ-WAE by default: for every latent position m, the exact earth mover's
 distance between the B latents of the batch (uniform weights 1/B) and the K codewords weighted by pi^m.
 It runs on the host in float64, one solve per group: faithful, but the slowest solver here.
+:class:`ExactSolver` is it as the WS term's solver (no state).
 """
 from __future__ import annotations
 
 import numpy as np
-import ot
+import ot  # POT
 import torch
+
+from vqwae.ot.cost import squared_distances
+from vqwae.ot.transport import Solver, Transport, plan_value, positions_as_groups
 
 
 @torch.no_grad()
@@ -38,3 +42,13 @@ def exact_plans(cost: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torc
         potentials[i] = log["v"] - log["v"].mean()
     to = dict(device=cost.device, dtype=cost.dtype)
     return torch.from_numpy(plans).to(**to), torch.from_numpy(potentials).to(**to)
+
+
+class ExactSolver(Solver):
+    """The exact plan per group (POT's network simplex); its transport cost is the WS term."""
+
+    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None) -> Transport:
+        x = positions_as_groups(flat, self.shared)  # (G, N, D)
+        with torch.no_grad():
+            plan, v = exact_plans(squared_distances(x.detach(), codebook.detach()), log_pi.exp())
+        return Transport(value=plan_value(plan, v, x, codebook, log_pi), x=x.detach(), plan=plan)

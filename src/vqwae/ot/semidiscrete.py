@@ -21,6 +21,10 @@ The solver keeps g as a buffer across training steps (a warm start, one row per 
    map to the weighted codebook, so every code receives its share pi_k of every position's latents;
 3. takes one stochastic ascent step on g (Genevay et al.'s SGD on the semi-dual), with no host sync.
 
+:class:`SemiDiscreteSolver` is that per-step procedure as a module: it holds g (``potential``, in units of
+``scale``, an EMA of the quantization error, so that g follows the latents' scale as the encoder rescales them;
+g = scale * potential in cost units) and exposes ``search`` for the shared nearest-code / transport assignment.
+
 Per step this costs one extra pass over the (N, K) distance matrix (argmin of C - g) and O(N D) work:
 no exponentials, no plan, no (G, N, K) tensor kept for the backward.
 """
@@ -28,7 +32,8 @@ from __future__ import annotations
 
 import torch
 
-from vqwae.metrics.usage import code_histogram
+from vqwae.ot.histogram import code_histogram
+from vqwae.ot.transport import Solver, Transport, latents_by_group
 
 # Largest number of (latent, code) entries materialised at once (64 MiB of float32), whatever K and N.
 CHUNK_ENTRIES = 1 << 24
@@ -150,3 +155,62 @@ def fit_potential(
         _, a, err = assign(xb, codebook, pot)
         ascend_potential(pot, a, pi, lr * err / (1 + t) ** 0.5)
     return pot
+
+
+class SemiDiscreteSolver(Solver):
+    """The semi-discrete semi-dual with a warm-started per-group potential g (see the module docstring)."""
+
+    shares_search = True
+
+    def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False, *,
+                 potential_lr: float = 0.01, pooling: float = 4.0, scale_decay: float = 0.9,
+                 chunk_entries: int = CHUNK_ENTRIES):
+        super().__init__(groups, num_codes, shared, global_batch)
+        self.potential_lr, self.pooling, self.scale_decay, self.chunk_entries = (potential_lr, pooling, scale_decay,
+                                                                                  chunk_entries)
+        self.register_buffer("potential", torch.zeros(groups, num_codes))  # g / scale
+        self.register_buffer("scale", torch.zeros(()))  # EMA of the quantization error (0: not yet set)
+
+    def code_potential(self) -> torch.Tensor:
+        """g (G, K) in cost units (a new tensor)."""
+        return self.scale * self.potential
+
+    @torch.no_grad()
+    def search(self, flat: torch.Tensor, codebook: torch.Tensor):
+        """Nearest codes (B, M) and this step's transport assignment from ONE distance computation."""
+        nearest, assigned, quant_err = assign(latents_by_group(flat.detach(), self.shared), codebook.detach(),
+                                              self.code_potential(), self.chunk_entries)
+        return nearest.view(flat.shape[:2]), (assigned, quant_err)
+
+    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None) -> Transport:
+        xg = latents_by_group(flat, self.shared)  # (N, G, D)
+        g = self.code_potential()
+        if search is None:
+            _, assigned, quant_err = assign(xg.detach(), codebook.detach(), g, self.chunk_entries)
+        else:
+            assigned, quant_err = search
+        value = semi_dual_value(xg, codebook, assigned, g, log_pi)
+        mass = None
+        if update:
+            mass = assignment_mass(assigned, assigned.shape[1], self.num_codes)  # (G, K), this rank's
+            self._ascend(mass, quant_err, log_pi.detach().exp())
+        return Transport(value=value, x=xg.detach(), assigned=assigned, mass=mass)
+
+    @torch.no_grad()
+    def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor) -> None:
+        """One stochastic ascent step on the (normalised) potential, and the EMA of the cost scale. Under DDP
+        with per-rank batches the mass and the scale are averaged over ranks (one small all-reduce)."""
+        err = quant_err.detach().reshape(()).to(pi.dtype)
+        g, k = mass.shape
+        if self.per_rank_batches():
+            packed = self.all_reduce_mean(torch.cat([mass.reshape(-1), err.reshape(1)]))
+            mass, err = packed[:-1].view(g, k), packed[-1]
+        ascend_potential(self.potential, None, pi, self.potential_lr, self.pooling, mass=mass)
+        # First step: the scale starts at this batch's error (no sync: torch.where on device).
+        ema = self.scale * self.scale_decay + err * (1 - self.scale_decay)
+        self.scale.copy_(torch.where(self.scale > 0, ema, err))
+
+    @torch.no_grad()
+    def reset(self) -> None:
+        self.potential.zero_()
+        self.scale.zero_()

@@ -3,6 +3,9 @@
 Solves, for each group g, min_P <P, C> + eps KL(P || a x b) with a uniform over the N latents and b = pi
 over the K codes, by alternating exact dual updates (log-domain Sinkhorn; Cuturi 2013, Peyre & Cuturi
 2019 Sec. 4.4). No host round trip unless a convergence tolerance is checked.
+
+:class:`SinkhornSolver` runs it once per training step for the WS term, with eps relative to the batch's
+mean cost and the code-side potential kept as a buffer to warm-start the next step.
 """
 from __future__ import annotations
 
@@ -10,6 +13,9 @@ import math
 from dataclasses import dataclass
 
 import torch
+
+from vqwae.ot.cost import squared_distances
+from vqwae.ot.transport import Solver, Transport, plan_value, positions_as_groups
 
 
 @dataclass
@@ -67,3 +73,29 @@ def entropic_ot_value(cost: torch.Tensor, log_b: torch.Tensor, eps: float, **kw)
     the dual <f, a> + <g, b> (Genevay et al. 2016, the paper's Eq. (apd:entropic_dual_form))."""
     res = sinkhorn_log(cost, log_b, eps, **kw)
     return res.f.mean(-1) + (res.g * log_b.exp()).sum(-1)
+
+
+class SinkhornSolver(Solver):
+    """Entropic OT per group, batched; the plan's transport cost is the WS estimate (see ``plan_value``)."""
+
+    def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False, *,
+                 epsilon: float = 0.05, iterations: int = 50, tol: float = 1e-3, warm_start: bool = True):
+        super().__init__(groups, num_codes, shared, global_batch)
+        self.epsilon, self.iterations, self.tol, self.warm_start = epsilon, iterations, tol, warm_start
+        self.register_buffer("potential", torch.zeros(groups, num_codes))  # code-side g, absolute cost units
+
+    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None) -> Transport:
+        x = positions_as_groups(flat, self.shared)  # (G, N, D)
+        with torch.no_grad():
+            cost = squared_distances(x.detach(), codebook.detach())
+            eps = self.epsilon * cost.mean()
+            init = self.potential if self.warm_start else None
+            res = sinkhorn_log(cost, log_pi, eps, max_iter=self.iterations, tol=self.tol, init_g=init)
+            plan, v = res.plan, res.g - res.g.mean(-1, keepdim=True)
+            if update and self.warm_start:
+                self.potential.copy_(res.g)
+        return Transport(value=plan_value(plan, v, x, codebook, log_pi), x=x.detach(), plan=plan)
+
+    @torch.no_grad()
+    def reset(self) -> None:
+        self.potential.zero_()

@@ -34,16 +34,15 @@ when they are shared); ``hidden_channels=32`` (0.4M parameters) is about 3x fast
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vqwae.models.pretrained import WEIGHTS_NAME, PretrainedMixin
+
 CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 MODEL_TYPE = "gated_pixelcnn"
 
 
@@ -126,10 +125,13 @@ class GatedMaskedLayer(nn.Module):
         return v_out, h_out
 
 
-class GatedPixelCNN(nn.Module):
+class GatedPixelCNN(PretrainedMixin, nn.Module):
     """Gated PixelCNN over (B, H, W) code grids; ``forward`` returns logits (B, K, H, W).
 
     The logits at raster position (i, j) depend only on codes at raster positions before (i, j)."""
+
+    config_name = CONFIG_NAME
+    format_version = 1  # the layout has not changed since the first release
 
     def __init__(self, config: PixelCNNConfig):
         super().__init__()
@@ -196,28 +198,17 @@ class GatedPixelCNN(nn.Module):
             return ce.flatten(1).sum(1)
         raise ValueError(f"unknown reduction {reduction!r}")
 
-    # ---- persistence --------------------------------------------------------------------------------
-    def save_pretrained(self, directory: str | Path) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed)."""
-        from safetensors.torch import save_file
-
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        tmp = d / (WEIGHTS_NAME + ".tmp")
-        save_file(state, str(tmp), metadata={"format": "pt", "model_type": MODEL_TYPE})
-        tmp.replace(d / WEIGHTS_NAME)
-        (d / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n")
-        return d
+    # ---- persistence (PretrainedMixin: model.safetensors + config.json) ----------------------------------
+    def config_dict(self) -> dict:
+        return self.config.to_dict()
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, *, map_location: str | torch.device = "cpu") -> "GatedPixelCNN":
-        from safetensors.torch import load_file
+    def _from_config_dict(cls, config: dict, version: int) -> "GatedPixelCNN":
+        if config.get("model_type", MODEL_TYPE) != MODEL_TYPE:
+            raise ValueError(f"the config describes a {config.get('model_type')!r}, not a {MODEL_TYPE!r}")
+        return cls(PixelCNNConfig.from_dict(config))
 
-        d = Path(directory)
-        cfg = json.loads((d / CONFIG_NAME).read_text())
-        if cfg.get("model_type", MODEL_TYPE) != MODEL_TYPE:
-            raise ValueError(f"{d} holds a {cfg.get('model_type')!r}, not a {MODEL_TYPE!r}")
-        model = cls(PixelCNNConfig.from_dict(cfg))
-        model.load_state_dict(load_file(str(d / WEIGHTS_NAME), device="cpu"))
-        return model.to(map_location).eval()
+    @classmethod
+    def from_pretrained(cls, source, map_location: str | torch.device = "cpu") -> "GatedPixelCNN":
+        """The prior in ``source`` (a folder written by ``save_pretrained``), in eval mode."""
+        return super().from_pretrained(source, map_location=map_location).eval()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vqwae.files import atomic_torch_save
 from vqwae.prior.pixelcnn import WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
 
 LN2 = math.log(2.0)
@@ -114,9 +114,7 @@ def cached_codes(
             return blob["codes"], blob["labels"]
     codes, labels = extract_codes(model, loader, device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".pt.tmp")
-    torch.save({"fingerprint": fingerprint, "split": split, "codes": codes, "labels": labels}, tmp)
-    os.replace(tmp, path)
+    atomic_torch_save({"fingerprint": fingerprint, "split": split, "codes": codes, "labels": labels}, path)
     return codes, labels
 
 

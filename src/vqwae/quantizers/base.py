@@ -10,7 +10,7 @@ import torch.distributed as dist
 from torch import nn
 
 from vqwae.distributed import is_distributed
-from vqwae.metrics.usage import code_histogram, perplexity_from_counts
+from vqwae.ot.histogram import code_histogram, perplexity_from_counts
 from vqwae.options import check_fields, option
 from vqwae.ot.cost import nearest_code
 

@@ -34,23 +34,21 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.nn.functional import all_gather
 import torch.nn.functional as F
 from torch import nn
 
-from vqwae.ot.cost import squared_distances, transport_cost
-from vqwae.ot.dual import KantorovichPotential, semi_dual
-from vqwae.ot.exact import exact_plans
-from vqwae.ot.semidiscrete import CHUNK_ENTRIES, ascend_potential, assign, assignment_mass, semi_dual_value
-from vqwae.ot.sinkhorn import sinkhorn_log
+from vqwae.distributed import is_distributed
 from vqwae.options import check_fields, option
+from vqwae.ot import SOLVERS as SOLVER_CLASSES
+from vqwae.ot import Transport, build_solver
+from vqwae.ot.semidiscrete import CHUNK_ENTRIES
 from vqwae.quantizers.base import CodebookShape, Quantizer, QuantizerOutput, _choice, fp32
 
-SOLVERS = ("semidiscrete", "exact", "sinkhorn", "dual")
+SOLVERS = tuple(SOLVER_CLASSES)
 PI_INITS = ("uniform", "peaked", "gaussian")
 CODEBOOK_INITS = ("normal", "data")
 CODEBOOK_UPDATES = ("gradient", "transport")
-# Options added after models were first saved, with the value a saved config without them was trained with.
-SAVED_BEFORE = {"codebook_update": "gradient"}
 
 
 @dataclass(frozen=True)
@@ -143,10 +141,16 @@ class WassersteinQuantizer(Quantizer):
 
     >>> q = WassersteinQuantizer(num_codes=512, dim=64, num_positions=64)
     >>> out = q(torch.randn(32, 64, 8, 8)); out.loss.backward()
+
+    It holds the paper's learned quantities (the codebook, pi = softmax(beta)) and its loss; the OT solver
+    (``self.solver``, a module of ``vqwae.ot`` with its own state) is called once per step for the WS term.
     """
 
     kind = "wasserstein"
     config_class = WassersteinConfig
+    #: State-dict layout. 1: the solvers' state on the quantizer itself (code_potential, potential_scale,
+    #: potential.*); 2: in the solver module (solver.potential, solver.scale, solver.phi.*).
+    _version = 2
 
     def __init__(self, config: WassersteinConfig | None = None, **options):
         super().__init__(config, **options)
@@ -160,12 +164,6 @@ class WassersteinQuantizer(Quantizer):
             self.beta = nn.Parameter(beta)
         else:
             self.register_buffer("beta", beta)
-        # The code potential, one row per group: the Sinkhorn warm start (absolute cost units), or the
-        # semidiscrete solver's state in units of ``potential_scale`` (g = potential_scale * code_potential),
-        # an EMA of the quantization error, so that g follows the latents' scale as the encoder rescales them
-        # (early training inflates and deflates the latents by orders of magnitude).
-        self.register_buffer("code_potential", torch.zeros(self.groups, num_codes))
-        self.register_buffer("potential_scale", torch.zeros(()))
         if cfg.codebook_init == "data":
             # Set once the codebook has been drawn from a training batch (saved, so a resumed run keeps it).
             self.register_buffer("codebook_initialized", torch.zeros((), dtype=torch.bool))
@@ -175,16 +173,15 @@ class WassersteinQuantizer(Quantizer):
             # positions (zero-initialised: their ratio, the codeword, needs no debiasing).
             self.register_buffer("transport_mass", torch.zeros(num_codes))
             self.register_buffer("transport_sum", torch.zeros(num_codes, dim))
-        self.potential = (
-            KantorovichPotential(self.groups, dim, cfg.phi_hidden, cfg.phi_lr) if cfg.solver == "dual" else None
-        )
+        self.solver = build_solver(cfg, self.groups)
 
     @property
     def codebook(self) -> torch.Tensor:
         return self.embedding
 
-    def _load_from_state_dict(self, *args, **kwargs):
-        super()._load_from_state_dict(*args, **kwargs)
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
+        _upgrade_state_dict(state_dict, prefix, self.config.solver)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
         self._codebook_ready = self.config.codebook_init != "data"  # re-read the loaded flag on the next step
 
     @property
@@ -200,119 +197,38 @@ class WassersteinQuantizer(Quantizer):
             raise ValueError(f"pi must be non-negative with last dimension {self.num_codes}, got shape {tuple(probs.shape)}")
         self.beta.copy_((probs / probs.sum(-1, keepdim=True)).clamp_min(1e-12).log().expand_as(self.beta))
 
-    def _groups(self, flat: torch.Tensor) -> torch.Tensor:
-        """(B, M, D) -> (G, N, D): positions as groups of B latents, or one group of B*M latents."""
-        b, m, d = flat.shape
-        if self.config.num_positions is None:
-            return flat.reshape(1, b * m, d)
-        if m != self.config.num_positions:
+    def _check_positions(self, flat: torch.Tensor) -> None:
+        m = flat.shape[1]
+        if self.config.num_positions is not None and m != self.config.num_positions:
             raise ValueError(
                 f"latents have H*W = {m} positions but the quantizer was built with num_positions={self.config.num_positions}"
             )
-        return flat.transpose(0, 1)  # (M, B, D)
 
     def _gathered(self) -> bool:
-        return self.config.global_batch and dist.is_available() and dist.is_initialized()
+        return self.config.global_batch and is_distributed()
 
-    def _per_rank_batches(self) -> bool:
-        """Under DDP without ``global_batch`` each rank sees its own latents: statistics are all-reduced."""
-        return dist.is_available() and dist.is_initialized() and not self.config.global_batch
-
-    def _by_group(self, flat: torch.Tensor) -> torch.Tensor:
-        """(B, M, D) -> (N, G, D) without copying: rows of a group are its latents (semidiscrete layout)."""
-        b, m, d = flat.shape
-        if self.config.num_positions is None:
-            return flat.reshape(b * m, 1, d)
-        self._groups(flat)  # shape check
-        return flat
-
-    def wasserstein(self, flat: torch.Tensor, assigned: torch.Tensor | None = None,
-                    quant_err: torch.Tensor | None = None) -> torch.Tensor:
+    def wasserstein(self, flat: torch.Tensor, search=None) -> torch.Tensor:
         """sum_m W(z^m, P_{c,pi^m}) for latents (B, M, D), differentiable w.r.t. latents, codebook and pi.
 
-        ``assigned`` / ``quant_err`` (semidiscrete only) reuse the OT assignment computed with the nearest-code
-        search in ``forward``; without them it is computed here. In training mode the semidiscrete solver
-        also takes its ascent step on the code potential."""
-        cfg = self.config
+        ``search`` reuses the solver's assignment computed with the nearest-code search in ``forward``
+        (semidiscrete). In training mode the solver takes its step on its own state, and with
+        codebook_update="transport" the codebook moves to the plan's barycentres."""
+        self._check_positions(flat)
         if self._gathered():
-            from torch.distributed.nn.functional import all_gather
-
             # (world * B, M, D); gradients flow back to each rank, summed over ranks by all_gather's backward.
             flat = torch.cat([_ContiguousGrad.apply(t) for t in all_gather(flat)], dim=0)
-        transport_update = self.training and cfg.codebook_update == "transport"
+        transport_update = self.training and self.config.codebook_update == "transport"
         # A snapshot when the codebook is updated in place below: the backward uses the codes of the assignment.
         c = self.embedding.detach().clone() if transport_update else self.embedding
         log_pi = torch.log_softmax(self.beta, dim=-1)  # (G, K)
-        scale = float(flat.shape[1]) if cfg.num_positions is None else 1.0
-
-        if cfg.solver == "semidiscrete":
-            xg = self._by_group(flat)  # (N, G, D)
-            g = self.potential_scale * self.code_potential  # (G, K), cost units, a new tensor
-            if assigned is None:
-                _, assigned, quant_err = assign(xg.detach(), c.detach(), g, cfg.chunk_entries)
-            value = semi_dual_value(xg, c, assigned, g, log_pi)
-            if self.training:
-                n, groups = assigned.shape
-                mass = assignment_mass(assigned, groups, self.num_codes)  # (G, K), shared by both updates
-                self._ascend(mass, quant_err, log_pi.detach().exp())
-                if transport_update:
-                    self._transport_update(xg.detach().reshape(-1, self.dim), assigned=assigned.reshape(-1),
-                                           counts=mass.sum(0) * n)
-            return scale * value
-
-        x = self._groups(flat)  # (G, N, D)
-
-        if cfg.solver == "dual":
-            cost = squared_distances(x, c)  # (G, N, K), differentiable
-            eps = cfg.epsilon * cost.detach().mean()
-            if self.training:
-                self.potential.ascend(cost, log_pi, c, eps, cfg.phi_iterations)
-            phi = self.potential(c)
-            if transport_update:
-                with torch.no_grad():  # the semi-dual's primal plan: P_ik = softmax_k(log pi_k + (phi_k - C_ik) / eps) / N
-                    plan = torch.softmax(log_pi.unsqueeze(1) + (phi.unsqueeze(1) - cost) / eps, dim=-1) / cost.shape[1]
-                self._transport_update(x.detach(), plan=plan)
-            return scale * semi_dual(cost, log_pi, phi, eps).sum()
-
-        with torch.no_grad():
-            cost = squared_distances(x.detach(), c.detach())
-            if cfg.solver == "exact":
-                plan, v = exact_plans(cost, log_pi.exp())
-            else:
-                eps = cfg.epsilon * cost.mean()
-                init = self.code_potential if cfg.warm_start else None
-                res = sinkhorn_log(cost, log_pi, eps, max_iter=cfg.sinkhorn_iters, tol=cfg.sinkhorn_tol, init_g=init)
-                plan, v = res.plan, res.g - res.g.mean(-1, keepdim=True)
-                if self.training and cfg.warm_start:
-                    self.code_potential.copy_(res.g)
-            if transport_update:
-                self._transport_update(x.detach(), plan=plan)
-        pi = log_pi.exp()
-        # Value <P, C>; gradient P to (latents, codebook) and the centred potential v to pi.
-        potential_term = (pi * v).sum()
-        return scale * (transport_cost(plan, x, c) + potential_term - potential_term.detach())
+        transport = self.solver(flat, c, log_pi, update=self.training, want_plan=transport_update, search=search)
+        if transport_update:
+            self._transport_update(transport)
+        scale = float(flat.shape[1]) if self.config.num_positions is None else 1.0
+        return scale * transport.value
 
     @torch.no_grad()
-    def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor) -> None:
-        """One stochastic ascent step on the (normalised) potential, given this rank's assignment ``mass``
-        (G, K), and the EMA of the cost scale. Under DDP with per-rank batches, the mass and the scale are
-        averaged over ranks (one small all-reduce) so every rank keeps the same potential."""
-        cfg = self.config
-        err = quant_err.detach().reshape(()).to(pi.dtype)
-        g, k = mass.shape
-        if self._per_rank_batches():
-            packed = torch.cat([mass.reshape(-1), err.reshape(1)])
-            dist.all_reduce(packed)
-            packed /= dist.get_world_size()
-            mass, err = packed[:-1].view(g, k), packed[-1]
-        ascend_potential(self.code_potential, None, pi, cfg.potential_lr, cfg.potential_pooling, mass=mass)
-        # First step: the scale starts at this batch's error (no sync: torch.where on device).
-        ema = self.potential_scale * cfg.scale_decay + err * (1 - cfg.scale_decay)
-        self.potential_scale.copy_(torch.where(self.potential_scale > 0, ema, err))
-
-    @torch.no_grad()
-    def _transport_update(self, x: torch.Tensor, assigned: torch.Tensor | None = None,
-                          counts: torch.Tensor | None = None, plan: torch.Tensor | None = None) -> None:
+    def _transport_update(self, t: Transport) -> None:
         """codebook_update="transport": move every code to the (EMA) barycentre of the latents transported to it.
 
         For a fixed plan P, argmin_C sum_ik P_ik ||z_i - c_k||^2 is c_k = sum_i P_ik z_i / sum_i P_ik: this is the
@@ -321,19 +237,20 @@ class WassersteinQuantizer(Quantizer):
         EMA variant does with nearest codes. Because the plan sends every code its share pi_k of each position's
         latents, no code is left without data (VQ-VAE's EMA starves codes no latent is nearest to).
 
-        Args: either ``assigned`` (N,) codes of the latents x (N, D) under the transport map and their
-        ``counts`` per code (K,) (semidiscrete), or the ``plan`` (G, N, K) between x (G, N, D) and the codebook
-        (exact, sinkhorn, dual; rows sum to 1/N).
+        ``t`` carries either the assignment (N, G) of the latents t.x (N, G, D) under the transport map with its
+        mass (semidiscrete), or the plan (G, N, K) between t.x (G, N, D) and the codebook (rows sum to 1/N).
         """
         k, decay = self.num_codes, self.config.codebook_decay
-        if plan is None:
-            mass = counts.to(x.dtype)
-            sums = torch.zeros(k, self.dim, dtype=x.dtype, device=x.device).index_add_(0, assigned, x)
+        if t.plan is None:
+            x = t.x.reshape(-1, self.dim)
+            mass = (t.mass.sum(0) * t.assigned.shape[0]).to(x.dtype)  # counts per code, in latents
+            sums = torch.zeros(k, self.dim, dtype=x.dtype, device=x.device).index_add_(0, t.assigned.reshape(-1), x)
         else:
+            x, plan = t.x, t.plan
             n = plan.shape[1]  # latents per group: counts in units of latents, as the assignment's
             mass = plan.sum((0, 1)) * n
             sums = torch.einsum("gnk,gnd->kd", plan.to(x.dtype), x) * n
-        if self._per_rank_batches():
+        if self.solver.per_rank_batches():
             packed = torch.cat([mass[:, None], sums], dim=1)  # one all-reduce: every rank keeps the same codebook
             dist.all_reduce(packed)
             mass, sums = packed[:, 0], packed[:, 1:]
@@ -354,11 +271,10 @@ class WassersteinQuantizer(Quantizer):
         else:
             chosen = x[torch.randint(0, n, (self.num_codes,), device=x.device)]
             chosen = chosen + 0.01 * x.std() * torch.randn_like(chosen)
-        if dist.is_available() and dist.is_initialized():
+        if is_distributed():
             dist.broadcast(chosen, src=0)
         self.embedding.copy_(chosen)
-        self.code_potential.zero_()
-        self.potential_scale.zero_()
+        self.solver.reset()
         if self.config.codebook_update == "transport":
             self.transport_mass.zero_()
             self.transport_sum.zero_()
@@ -381,20 +297,37 @@ class WassersteinQuantizer(Quantizer):
                 self._init_codebook_from(flat)
             self._codebook_ready = True
         want_loss = self.training if compute_loss is None else compute_loss
-        assigned = quant_err = None
-        if want_loss and cfg.solver == "semidiscrete" and not self._gathered():
-            # One distance computation serves quantization (nearest codes) and the OT (power assignment).
-            nearest, assigned, quant_err = assign(
-                self._by_group(flat.detach()), self.embedding.detach(), self.potential_scale * self.code_potential,
-                cfg.chunk_entries,
-            )
-            indices = nearest.view(flat.shape[:2])
+        search = None
+        if want_loss and self.solver.shares_search and not self._gathered():
+            self._check_positions(flat)
+            # One distance computation serves quantization (nearest codes) and the OT (transport assignment).
+            indices, search = self.solver.search(flat, self.embedding)
         else:
             indices = self.nearest(flat)  # (B, M)
         flat_q = self.straight_through(flat, F.embedding(indices, self.embedding))
         losses = {}
         if want_loss:
-            losses["ws"] = cfg.ws_weight * self.wasserstein(flat, assigned, quant_err)
-            if self.config.learn_pi and self.config.kl_weight:
-                losses["kl"] = self.config.kl_weight * self.kl_to_uniform()
+            losses["ws"] = cfg.ws_weight * self.wasserstein(flat, search)
+            if cfg.learn_pi and cfg.kl_weight:
+                losses["kl"] = cfg.kl_weight * self.kl_to_uniform()
         return self._output(z, flat_q, indices, losses)
+
+
+# State-dict keys of layout 1 (before the solvers were modules) -> layout 2, for each solver; keys of another
+# solver's state, which layout 1 kept on every quantizer, are dropped.
+_LAYOUT_1 = {
+    "semidiscrete": {"code_potential": "solver.potential", "potential_scale": "solver.scale"},
+    "sinkhorn": {"code_potential": "solver.potential", "potential_scale": None},
+    "exact": {"code_potential": None, "potential_scale": None},
+    "dual": {"code_potential": None, "potential_scale": None, "potential.": "solver.phi."},
+}
+
+
+def _upgrade_state_dict(state_dict: dict, prefix: str, solver: str) -> None:
+    """Rename, in place, a layout-1 quantizer state dict's solver entries to layout 2 (no-op for layout 2)."""
+    for old, new in _LAYOUT_1[solver].items():
+        for key in [k for k in state_dict if k.startswith(prefix + old)]:
+            if old.endswith(".") or key == prefix + old:
+                value = state_dict.pop(key)
+                if new is not None:
+                    state_dict[prefix + new + key[len(prefix + old):]] = value

@@ -21,15 +21,16 @@ from pathlib import Path
 
 from vqwae.data import DatasetInfo, load_split
 from vqwae.figures import read_metrics_jsonl
+from vqwae.files import atomic_write_text
 from vqwae.models import VQAutoencoder
-from vqwae.training.checkpoint import atomic_write_text
+from vqwae.training import checkpoint
 from vqwae.training.config import TrainConfig
 
 CONFIG = "config.json"
 MODEL_WEIGHTS = "model.safetensors"
 MODEL_CONFIG = "model_config.json"  # written by VQAutoencoder.save_pretrained
 METRICS = "metrics.jsonl"
-STATE = "state.pt"
+STATE = checkpoint.STATE_NAME  # "state.pt"
 EVAL = "eval.json"
 TRAINING_CURVES = "training_curves.png"
 TSNE = "tsne.png"

@@ -7,32 +7,15 @@ never leaves a corrupt checkpoint: the last good one stays in place.
 """
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
 import numpy as np
 import torch
 
-STATE_NAME = "state.pt"
+from vqwae.files import atomic_torch_save
 
-
-def atomic_torch_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+STATE_NAME = "state.pt"  # the run folder's name for it: vqwae.runs.layout.STATE
 
 
 def rng_state() -> dict:

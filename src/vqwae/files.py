@@ -1,0 +1,50 @@
+"""Atomic file writes: the one way vqwae writes a file that must never be seen half-written.
+
+The content goes to a temporary file in the same folder, is flushed to disk, and is renamed over the target
+(``os.replace`` is atomic on POSIX and Windows). A crash at any moment (kill -9 included) leaves either the old
+file or the new one, never a mix; the temporary file is removed when the write fails.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, mode: int = 0o644) -> Iterator[Path]:
+    """Yields a temporary path beside ``path``; on success it is synced and renamed to ``path``, with the
+    file ``mode``. For writers that want a file name (safetensors' save_file, numpy)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)  # mkstemp creates 0600
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def atomic_torch_save(obj, path: str | os.PathLike) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)

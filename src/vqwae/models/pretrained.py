@@ -1,0 +1,91 @@
+"""One save / load mixin for vqwae's models: safetensors weights and a JSON config, written atomically.
+
+    model.save_pretrained("folder")                  # folder/model.safetensors + folder/<config_name>
+    same = Model.from_pretrained("folder")           # a local folder (what runs and tests use)
+    same = Model.from_pretrained("user/repo")        # a Hugging Face Hub repo (needs `pip install huggingface_hub`)
+
+Why not huggingface_hub's ``PyTorchModelHubMixin``: it names its config ``config.json``, which in a run
+folder is the training config; the autoencoder's stays ``model_config.json`` so existing runs keep loading.
+The Hub is still reachable through ``hf_hub_download`` when the argument is not a local folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from vqwae.files import atomic_path, atomic_write_text
+
+WEIGHTS_NAME = "model.safetensors"
+
+
+class PretrainedMixin:
+    """Subclasses set ``config_name`` and ``format_version`` and implement ``config_dict()`` and
+    ``_from_config_dict(config, version)``."""
+
+    config_name: str = "config.json"
+    format_version: int = 1
+
+    def config_dict(self) -> dict:
+        raise NotImplementedError
+
+    @classmethod
+    def _from_config_dict(cls, config: dict, version: int):
+        raise NotImplementedError
+
+    def _check_loaded(self, missing: list[str], unexpected: list[str], where: Path) -> None:
+        """Missing or unexpected keys are an error (subclasses may tolerate buffers a file predates)."""
+        if missing or unexpected:
+            raise ValueError(f"{where} does not match its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write the weights and the config (each atomically) into ``directory``."""
+        d = Path(directory)
+        # Clones: tied weights (the authors' shared residual layers) appear under several names, and
+        # safetensors refuses shared storage.
+        state = {k: v.detach().cpu().contiguous().clone() for k, v in self.state_dict().items()}
+        with atomic_path(d / WEIGHTS_NAME) as tmp:
+            save_file(state, str(tmp), metadata={"format": "pt"})
+        atomic_write_text(d / self.config_name,
+                          json.dumps({"format_version": self.format_version, **self.config_dict()}, indent=2) + "\n")
+        return d
+
+    @classmethod
+    def from_pretrained(cls, source: str | os.PathLike, map_location: str | torch.device = "cpu"):
+        """A model from a folder written by ``save_pretrained`` (or a Hub repo id "user/repo")."""
+        d = _resolve(source, cls.config_name)
+        cfg_path, w_path = d / cls.config_name, d / WEIGHTS_NAME
+        for p in (cfg_path, w_path):
+            if not p.is_file():
+                raise FileNotFoundError(f"{p} not found: expected a folder written by save_pretrained (or a vqwae run)")
+        try:
+            config = json.loads(cfg_path.read_text())
+            version = config.pop("format_version", 1)
+            model = cls._from_config_dict(config, version)
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"{cfg_path} is not a valid {cls.__name__} config: {e}") from e
+        try:
+            state = load_file(str(w_path), device="cpu")
+        except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
+            raise ValueError(f"{w_path} could not be read (corrupt or truncated?): {e}") from e
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        model._check_loaded(list(missing), list(unexpected), w_path)
+        return model.to(map_location)
+
+
+def _resolve(source: str | os.PathLike, config_name: str) -> Path:
+    """A local folder as is; otherwise, when ``source`` looks like a Hub repo id, its downloaded snapshot."""
+    d = Path(source)
+    text = str(source)
+    if d.exists() or text.count("/") != 1 or text.startswith((".", "/", "~")):
+        return d
+    try:
+        from huggingface_hub import hf_hub_download  # optional: only for Hub repo ids
+    except ImportError:
+        raise FileNotFoundError(f"{source} is not a local folder; to load it from the Hugging Face Hub, "
+                                "`pip install huggingface_hub`") from None
+    hf_hub_download(text, WEIGHTS_NAME)
+    return Path(hf_hub_download(text, config_name)).parent  # both files land in the repo's snapshot folder

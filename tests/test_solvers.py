@@ -1,0 +1,67 @@
+"""The OT solvers as modules: one interface, their own state, and checkpoints of the earlier layout."""
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from vqwae.models import NetworkConfig, VQAutoencoder
+from vqwae.ot import SOLVERS, Solver, Transport
+from vqwae.quantizers import WassersteinQuantizer
+
+# What each solver keeps in the quantizer's state dict (layout 2).
+STATE = {"semidiscrete": {"solver.potential", "solver.scale"}, "sinkhorn": {"solver.potential"}, "exact": set(),
+         "dual": {"solver.phi.w1", "solver.phi.b1", "solver.phi.w2", "solver.phi.b2", "solver.phi.adam_step"}}
+
+
+@pytest.mark.parametrize("solver", list(SOLVERS))
+def test_each_solver_owns_its_state_behind_one_interface(solver):
+    q = WassersteinQuantizer(num_codes=16, dim=4, num_positions=4, solver=solver).train()
+    assert isinstance(q.solver, Solver) and type(q.solver) is SOLVERS[solver]
+    keys = {k for k in q.state_dict() if k.startswith("solver.")}
+    assert STATE[solver] <= keys and not any(k.startswith(("code_potential", "potential")) for k in q.state_dict())
+    flat = torch.randn(8, 4, 4)
+    log_pi = torch.log_softmax(q.beta.detach(), -1)
+    t = q.solver(flat, q.embedding.detach(), log_pi, update=False, want_plan=True)
+    assert isinstance(t, Transport) and t.value.dim() == 0 and torch.isfinite(t.value)
+    assert (t.plan is not None) != (t.assigned is not None)  # a plan, or the transport map's assignment
+
+
+def _layout_1(state: dict, prefix: str = "") -> dict:
+    """The state dict the quantizer had before the solvers were modules (every solver's state on it)."""
+    old = {k: v for k, v in state.items() if not k.startswith(prefix + "solver.")}
+    groups, k = state[prefix + "beta"].shape
+    old[prefix + "code_potential"] = state.get(prefix + "solver.potential", torch.zeros(groups, k))
+    old[prefix + "potential_scale"] = state.get(prefix + "solver.scale", torch.zeros(()))
+    for key, v in state.items():
+        if key.startswith(prefix + "solver.phi."):
+            old[prefix + "potential." + key[len(prefix + "solver.phi."):]] = v
+    return old
+
+
+@pytest.mark.parametrize("solver", list(SOLVERS))
+def test_layout_1_checkpoints_load_and_give_the_same_outputs(solver):
+    q = WassersteinQuantizer(num_codes=16, dim=4, num_positions=4, solver=solver).train()
+    z = torch.randn(8, 4, 2, 2)
+    for _ in range(2):
+        q(z).loss.backward()  # some solver state
+    r = WassersteinQuantizer(num_codes=16, dim=4, num_positions=4, solver=solver)
+    r.load_state_dict(_layout_1(q.state_dict()))  # strict: every old key converted or dropped
+    for a, b in zip(q.state_dict().values(), r.state_dict().values()):
+        assert torch.equal(a, b)
+    q.eval(), r.eval()
+    assert torch.equal(q(z, compute_loss=True).loss, r(z, compute_loss=True).loss)
+
+
+def test_a_saved_layout_1_model_loads_through_from_pretrained(tmp_path):
+    m = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", num_codes=16, solver="dual")
+    m.train()(torch.rand(4, 1, 32, 32))
+    m.save_pretrained(tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    save_file(_layout_1(state, "quantizer."), str(tmp_path / "model.safetensors"))
+    cfg = json.loads((tmp_path / "model_config.json").read_text())
+    del cfg["format_version"]  # format 1 as well
+    (tmp_path / "model_config.json").write_text(json.dumps(cfg))
+    r = VQAutoencoder.from_pretrained(tmp_path)
+    for k, v in m.state_dict().items():
+        assert torch.equal(v, r.state_dict()[k]), k
