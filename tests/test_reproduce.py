@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 
 from tests.conftest import SHARED
 from vqwae.cli.main import app
-from vqwae.experiments import paper_numbers as P
-from vqwae.experiments.suite import runs_for
+from vqwae.reproduce import paper_numbers as P
+from vqwae.reproduce.grid import runs_for
 
 
 @pytest.fixture(scope="module")

@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+
 
 import typer
 
-from vqwae.cli.errors import fail
+from vqwae.cli.common import fail
+from vqwae.distributed import resolve_device
+from vqwae.runs import layout
+from vqwae.runs.evaluation import evaluate_run
+from vqwae.runs.prior import run_generation_fid
 
 Opt = typer.Option
 
@@ -17,24 +21,22 @@ TABLE_KEYS = ("mse", "psnr", "ssim", "lpips", "rfid", "perplexity", "codes_used"
 def eval_command(
     run_dir: Path = typer.Argument(..., help="A run folder made by `vqwae train`."),
     split: str = Opt("test", help="val | test"),
-    limit: Optional[int] = Opt(None, help="Evaluate the first N images of the split."),
+    limit: int | None = Opt(None, help="Evaluate the first N images of the split."),
     batch_size: int = Opt(100),
     resolution: str = Opt("native", help="native | 256 (the authors upsample 32x32 to 256 for PSNR/SSIM/LPIPS)."),
-    inception_weights: Optional[str] = Opt(None, envvar="VQWAE_INCEPTION_WEIGHTS",
+    inception_weights: str | None = Opt(None, envvar="VQWAE_INCEPTION_WEIGHTS",
                                            help="FID InceptionV3 TorchScript file (env VQWAE_INCEPTION_WEIGHTS)."),
-    lpips_weights: Optional[str] = Opt(None, envvar="VQWAE_LPIPS_WEIGHTS",
+    lpips_weights: str | None = Opt(None, envvar="VQWAE_LPIPS_WEIGHTS",
                                        help="LPIPS folder with alexnet_features.pth and v0.1/alex.pth (env VQWAE_LPIPS_WEIGHTS)."),
     fid: bool = Opt(True, "--fid/--no-fid", help="Compute rFID."),
     lpips: bool = Opt(True, "--lpips/--no-lpips", help="Compute LPIPS."),
     generation: bool = Opt(False, "--generation", help="Also generation FID from RUN_DIR/prior (see `vqwae prior train`)."),
     n_samples: int = Opt(1000, help="Generated images for --generation."),
     device: str = Opt("auto"),
-    threads: Optional[int] = Opt(None, help="CPU threads for the metrics [default: the CPUs not already busy]."),
-    data_root: Optional[str] = Opt(None, help="Override the dataset location recorded in the run."),
+    threads: int | None = Opt(None, help="CPU threads for the metrics [default: the CPUs not already busy]."),
+    data_root: str | None = Opt(None, help="Override the dataset location recorded in the run."),
 ) -> None:
     """Evaluate a trained run; writes RUN_DIR/eval.json and PNGs next to it, prints a table."""
-    from vqwae.runs.evaluation import evaluate_run
-
     res = 256 if resolution == "256" else resolution
     if res not in ("native", 256):
         fail(f"unknown resolution {resolution!r}; valid: native, 256")
@@ -43,7 +45,8 @@ def eval_command(
                               inception_weights=inception_weights, lpips_weights=lpips_weights, fid=fid,
                               lpips=lpips, device=device, data_root=data_root, threads=threads)
         if generation:
-            result = _generation(run_dir, n_samples, inception_weights, device, limit)
+            result = run_generation_fid(run_dir, n=n_samples, inception_weights=inception_weights,
+                                        device=resolve_device(device), limit=limit)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     typer.echo(f"\n{run_dir}  ({result.get('model')} on {result.get('dataset')}, {split} split, "
@@ -54,25 +57,4 @@ def eval_command(
             shown = "skipped: " + str(result.get(f"{k}_skipped", "")) if v is None else (
                 f"{v:.6g}" if isinstance(v, float) else str(v))
             typer.echo(f"  {k:<12} {shown}")
-    typer.echo(f"  seconds      {result.get('seconds', 0):.1f}\n  -> {run_dir / 'eval.json'}")
-
-
-def _generation(run_dir: Path, n: int, inception_weights, device, limit) -> dict:
-    from vqwae.metrics.fid import FIDStatsCache, load_inception
-    from vqwae.runs.prior import available_priors, generation_fid
-    from vqwae.runs.layout import update_eval
-    from vqwae.distributed import resolve_device
-
-    priors = available_priors(run_dir)
-    if not priors:
-        raise FileNotFoundError(f"no prior in {run_dir}: train one first with `vqwae prior train {run_dir}` "
-                                "(add --conditional for class-conditional generation)")
-    dev = resolve_device(device)
-    inception, why = load_inception(inception_weights, device=dev)
-    if inception is None:
-        return update_eval(run_dir, {"gfid_uncond": None, "gfid_cond": None, "gfid_skipped": why})
-    out = {}
-    for kind, prior_dir in priors.items():  # the kinds that exist: "uncond" and/or "cond"
-        out.update(generation_fid(run_dir, n=n, conditional=kind == "cond", inception=inception,
-                                  stats_cache=FIDStatsCache(), device=dev, limit=limit, prior_dir=prior_dir))
-    return update_eval(run_dir, out)
+    typer.echo(f"  seconds      {result.get('seconds', 0):.1f}\n  -> {run_dir / layout.EVAL}")

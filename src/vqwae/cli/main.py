@@ -4,7 +4,8 @@ import typer
 from vqwae.cli.demo import demo_command
 from vqwae.cli.evaluate import eval_command
 from vqwae.cli.reproduce import reproduce_command
-from vqwae.cli.stage_two import prior_app, probe_command, sample_command, tsne_command
+from vqwae.cli.prior import prior_app, sample_command
+from vqwae.cli.studies import probe_command, tsne_command
 from vqwae.cli.train import train_command
 
 app = typer.Typer(help="VQ-WAE: train, evaluate, sample and reproduce the paper.", no_args_is_help=True,

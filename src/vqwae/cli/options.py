@@ -8,7 +8,7 @@ it was given as ``**options`` (None for those not given, so that a preset or a c
 from __future__ import annotations
 
 import inspect
-from typing import Callable, Optional
+from typing import Callable
 
 import typer
 from rich.markup import escape
@@ -33,7 +33,7 @@ def _help(leaf: Leaf) -> str:
 
 def _param(leaf: Leaf) -> inspect.Parameter:
     allowed, _ = _base_types(leaf.hint)
-    annotation = Optional[allowed[0]] if len(allowed) == 1 else Optional[str]
+    annotation = (allowed[0] if len(allowed) == 1 else str) | None
     opt = typer.Option(None, *_flag(leaf), help=_help(leaf), show_default=False,
                        rich_help_panel=leaf.path[-2] if len(leaf.path) > 1 else "run")
     return inspect.Parameter(leaf.flat, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=annotation)

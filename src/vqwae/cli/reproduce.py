@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+
 
 import typer
 
-from vqwae.cli.errors import fail
+from vqwae.cli.common import fail
+from vqwae.reproduce import reproduce
 
 Opt = typer.Option
 
@@ -17,16 +18,14 @@ def reproduce_command(
                                       "controllability | tsne | all (comma-separated for several)"),
     datasets: str = Opt("mnist,cifar10", help="Comma-separated: mnist, cifar10, svhn, celeba, digits, ..."),
     budget: str = Opt("smoke", help="smoke (minutes, a test) | cpu (hours on 2 CPU cores) | full (the paper's)"),
-    data_root: Optional[str] = Opt(None, help="Folder holding the datasets (e.g. ../shared/data)."),
+    data_root: str | None = Opt(None, help="Folder holding the datasets (e.g. ../shared/data)."),
     out: Path = Opt(Path("runs/reproduce"), help="Output folder: runs/, figures/, REPORT.md, REPORT.html."),
     jobs: int = Opt(1, help="Runs trained at once (each with fewer CPU threads)."),
     device: str = Opt("auto"),
-    inception_weights: Optional[str] = Opt(None, envvar="VQWAE_INCEPTION_WEIGHTS"),
-    lpips_weights: Optional[str] = Opt(None, envvar="VQWAE_LPIPS_WEIGHTS"),
+    inception_weights: str | None = Opt(None, envvar="VQWAE_INCEPTION_WEIGHTS"),
+    lpips_weights: str | None = Opt(None, envvar="VQWAE_LPIPS_WEIGHTS"),
 ) -> None:
     """Run (or resume) the paper's experiments; finished runs are reused, interrupted ones resumed."""
-    from vqwae.experiments.reproduce import reproduce
-
     try:
         md = reproduce([e.strip() for e in experiment.split(",")], [d.strip() for d in datasets.split(",")],
                        budget, out, data_root=data_root, jobs=jobs, device=device,

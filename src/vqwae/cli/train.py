@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.errors import fail
+from vqwae.cli.common import fail
 from vqwae.cli.options import with_config_options
 from vqwae.runs.layout import CONFIG, resume_config
 from vqwae.training import TrainConfig, TrainingDiverged, train

@@ -19,7 +19,7 @@ import hashlib
 import os
 import warnings
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable
 
 import torch
 
@@ -67,7 +67,7 @@ def cache_path(tag: str, source: Path, sig: str) -> Path:
     return cache_dir() / f"{tag}-{_h(str(Path(source).resolve()))}-{sig}.pt"
 
 
-def load_cache(path: Path) -> Optional[dict]:
+def load_cache(path: Path) -> dict | None:
     """The cached dict at ``path``, or ``None`` if absent or unreadable (memory-mapped)."""
     if not path.is_file():
         return None

@@ -5,12 +5,12 @@ import hashlib
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional, Union
-
-PathLike = Union[str, os.PathLike]
 
 
-def env_path(var: str) -> Optional[Path]:
+PathLike = str | os.PathLike
+
+
+def env_path(var: str) -> Path | None:
     """The path in environment variable ``var`` (``~`` expanded), or None if unset/empty."""
     value = os.environ.get(var, "").strip()
     return Path(value).expanduser() if value else None

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Any, Iterable, Mapping, Optional, Union
+from typing import Any, Iterable, Mapping
 
 import torch
 
@@ -54,7 +54,7 @@ def _indices_of(out: Any) -> torch.Tensor:
     return idx
 
 
-def _progress(iterable: Iterable, enabled: bool, total: Optional[int]):
+def _progress(iterable: Iterable, enabled: bool, total: int | None):
     if not enabled:
         return iterable
     try:
@@ -69,16 +69,16 @@ def evaluate_reconstructions(
     loader: Iterable,
     *,
     num_codes: int,
-    device: Union[str, torch.device],
+    device: str | torch.device,
     resolution: Resolution = "native",
-    lpips_net: Union[LPIPS, str, None] = None,
-    inception: Union[InceptionFeatures, str, None] = None,
-    real_stats_cache_key: Optional[StatsKey] = None,
-    limit: Optional[int] = None,
+    lpips_net: LPIPS | str | None = None,
+    inception: InceptionFeatures | str | None = None,
+    real_stats_cache_key: StatsKey | None = None,
+    limit: int | None = None,
     progress: bool = True,
-    stats_cache: Optional[FIDStatsCache] = None,
-    skip_reasons: Optional[Mapping[str, str]] = None,
-    num_threads: Optional[int] = None,
+    stats_cache: FIDStatsCache | None = None,
+    skip_reasons: Mapping[str, str] | None = None,
+    num_threads: int | None = None,
 ) -> dict:
     """Evaluate reconstructions of ``model`` over ``loader``; returns a dict of plain Python values.
 

@@ -37,7 +37,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -140,9 +140,9 @@ class InceptionFeatures:
         backend: str = "torchscript",
         identity: str,
         source: str = "",
-        device: Union[str, torch.device] = "cpu",
-        batch_size: Optional[int] = None,
-        num_threads: Optional[int] = None,
+        device: str | torch.device = "cpu",
+        batch_size: int | None = None,
+        num_threads: int | None = None,
     ):
         if backend not in ("torchscript", "torch-fidelity"):
             raise ValueError(f"unknown backend {backend!r}")
@@ -165,7 +165,7 @@ class InceptionFeatures:
             return int(self._batch_size)
         return 4 if self.device.type == "cpu" else 50
 
-    def to(self, device: Union[str, torch.device]) -> "InceptionFeatures":
+    def to(self, device: str | torch.device) -> "InceptionFeatures":
         self.device = torch.device(device)
         self.module = self.module.to(self.device)
         return self
@@ -192,7 +192,7 @@ class InceptionFeatures:
         return torch.cat(outs)
 
 
-def _locate(p: Path) -> Union[Path, str]:
+def _locate(p: Path) -> Path | str:
     if p.is_file():
         return p
     if p.is_dir():
@@ -203,7 +203,7 @@ def _locate(p: Path) -> Union[Path, str]:
     return f"Inception weights not found: {p} does not exist (need {INCEPTION_FILENAME})"
 
 
-def resolve_inception_weights(weights: Optional[PathLike] = None) -> Union[Path, str, None]:
+def resolve_inception_weights(weights: PathLike | None = None) -> Path | str | None:
     """The TorchScript file from the argument or ``$VQWAE_INCEPTION_WEIGHTS``.
 
     Returns the path, a reason string if a given location lacks the file, or None if neither is set.
@@ -218,13 +218,13 @@ def resolve_inception_weights(weights: Optional[PathLike] = None) -> Union[Path,
 
 
 def load_inception(
-    weights: Optional[PathLike] = None,
+    weights: PathLike | None = None,
     *,
     download: bool = True,
-    device: Union[str, torch.device] = "cpu",
-    batch_size: Optional[int] = None,
-    num_threads: Optional[int] = None,
-) -> tuple[Optional[InceptionFeatures], Optional[str]]:
+    device: str | torch.device = "cpu",
+    batch_size: int | None = None,
+    num_threads: int | None = None,
+) -> tuple[InceptionFeatures | None, str | None]:
     """The FID feature extractor: ``(InceptionFeatures, None)`` or ``(None, one-line reason)``."""
     resolved = resolve_inception_weights(weights)
     if isinstance(resolved, str):
@@ -256,7 +256,7 @@ def load_inception(
 
 
 # -- statistics and distance --------------------------------------------------------------------
-def feature_statistics(features: Union[torch.Tensor, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def feature_statistics(features: torch.Tensor | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mean (D,) and covariance (D, D) (unbiased, rows are samples) of (N, D) features, float64."""
     f = _as_2d_float64(features)
     return f.mean(axis=0), np.cov(f, rowvar=False)
@@ -337,7 +337,7 @@ def default_fid_cache_dir() -> Path:
     return (root if root is not None else Path.home() / ".cache" / "vqwae") / "fid"
 
 
-def dataset_fingerprint(dataset, limit: Optional[int] = None) -> str:
+def dataset_fingerprint(dataset, limit: int | None = None) -> str:
     """Cheap content fingerprint of an image dataset (the first ``limit`` items).
 
     Hashes the item count, and the shape, dtype and bytes of the first and the last image
@@ -368,7 +368,7 @@ class StatsKey:
 
     dataset: str
     split: str
-    limit: Optional[int]
+    limit: int | None
     data_root: str
     fingerprint: str
 
@@ -386,7 +386,7 @@ class FIDStatsCache:
     unreadable file is treated as a miss; a folder that cannot be written only loses the speed-up.
     """
 
-    def __init__(self, cache_dir: Optional[PathLike] = None):
+    def __init__(self, cache_dir: PathLike | None = None):
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_fid_cache_dir()
 
     @staticmethod
@@ -399,12 +399,12 @@ class FIDStatsCache:
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in f"{key.dataset}-{key.split}")
         return self.cache_dir / f"{safe}-{digest}.npz"
 
-    def load(self, key: StatsKey, weights_identity: str) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    def load(self, key: StatsKey, weights_identity: str) -> tuple[np.ndarray, np.ndarray] | None:
         """(mu, sigma) stored under this key, or None (missing, different key, unreadable)."""
         hit = self.load_with_count(key, weights_identity)
         return None if hit is None else hit[:2]
 
-    def load_with_count(self, key: StatsKey, weights_identity: str) -> Optional[tuple[np.ndarray, np.ndarray, Optional[int]]]:
+    def load_with_count(self, key: StatsKey, weights_identity: str) -> tuple[np.ndarray, np.ndarray, int | None] | None:
         """Like :meth:`load`, plus the number of images the statistics were computed on (if stored)."""
         p = self.path(key, weights_identity)
         if not p.is_file():
@@ -420,7 +420,7 @@ class FIDStatsCache:
             warnings.warn(f"ignoring unreadable FID statistics cache {p}: {type(e).__name__}: {e}")
             return None
 
-    def save(self, key: StatsKey, weights_identity: str, mu: np.ndarray, sigma: np.ndarray, *, num_images: Optional[int] = None) -> Optional[Path]:
+    def save(self, key: StatsKey, weights_identity: str, mu: np.ndarray, sigma: np.ndarray, *, num_images: int | None = None) -> Path | None:
         p = self.path(key, weights_identity)
         meta = json.dumps(self._meta(key, weights_identity), sort_keys=True)
         try:

@@ -26,7 +26,7 @@ Conventions (those of the VQ-WAE evaluation, see the notes on the official imple
 """
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +42,7 @@ __all__ = [
     "ssim",
 ]
 
-Resolution = Union[Literal["native"], int]
+Resolution = Literal["native"] | int
 SSIM_WINDOW = 11
 _MSE_FLOOR = 1e-10
 

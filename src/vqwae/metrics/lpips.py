@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Optional, Union
+
 
 import torch
 import torch.nn as nn
@@ -147,7 +147,7 @@ class LPIPS(nn.Module):
 
 
 # -- weight resolution ---------------------------------------------------------------------------
-def packaged_lpips_heads() -> Optional[Path]:
+def packaged_lpips_heads() -> Path | None:
     """The v0.1 AlexNet heads shipped in an installed ``lpips`` or ``torchmetrics`` wheel, if any."""
     for pkg, rel in (
         ("lpips", Path("weights") / "v0.1" / "alex.pth"),
@@ -166,7 +166,7 @@ def packaged_lpips_heads() -> Optional[Path]:
     return None
 
 
-def _from_location(p: Path) -> Union[tuple[Path, Path], str]:
+def _from_location(p: Path) -> tuple[Path, Path] | str:
     """(trunk, heads) from a user-given path, or the reason it does not hold them."""
     if p.is_file():
         heads = p.parent / HEADS_RELPATH
@@ -184,7 +184,7 @@ def _from_location(p: Path) -> Union[tuple[Path, Path], str]:
     return f"LPIPS weights not found: {p} does not exist (need a folder with {TRUNK_FILENAME} and {HEADS_RELPATH.as_posix()})"
 
 
-def resolve_lpips_weights(weights: Optional[PathLike] = None) -> Union[tuple[Path, Path], str, None]:
+def resolve_lpips_weights(weights: PathLike | None = None) -> tuple[Path, Path] | str | None:
     """Local (trunk, heads) files from the argument or ``$VQWAE_LPIPS_WEIGHTS``.
 
     Returns the two paths, a reason string when a given location lacks the files, or None when
@@ -204,11 +204,11 @@ def _torch_load(path: Path) -> dict:
 
 
 def load_lpips(
-    weights: Optional[PathLike] = None,
+    weights: PathLike | None = None,
     *,
     download: bool = True,
-    device: Union[str, torch.device] = "cpu",
-) -> tuple[Optional[LPIPS], Optional[str]]:
+    device: str | torch.device = "cpu",
+) -> tuple[LPIPS | None, str | None]:
     """Build the LPIPS network. Returns ``(net, None)`` or ``(None, one-line reason)``.
 
     Resolution order: ``weights`` -> ``$VQWAE_LPIPS_WEIGHTS`` -> torchvision AlexNet download +

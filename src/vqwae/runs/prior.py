@@ -23,6 +23,7 @@ so ``vqwae eval`` and the gFID share the real statistics when split and limit ag
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -30,8 +31,10 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
+from torchvision.utils import save_image
 
-from vqwae.metrics.fid import FIDStatsCache, StatsKey, dataset_fingerprint, feature_statistics, frechet_distance
+from vqwae.metrics.fid import (FIDStatsCache, StatsKey, dataset_fingerprint, feature_statistics, frechet_distance,
+                               load_inception)
 from vqwae.prior.pixelcnn import CONFIG_NAME, WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
 from vqwae.prior.sampling import sample as sample_codes
 from vqwae.prior.train import SUMMARY_NAME, PriorTrainResult, cached_codes, train_prior, weights_fingerprint
@@ -47,6 +50,10 @@ __all__ = [
     "real_stats_key",
     "fid_against_statistics",
     "generation_fid",
+    "kind_replaced",
+    "train_and_record_prior",
+    "save_samples",
+    "run_generation_fid",
 ]
 
 PRIOR_DIR, ALT_PRIOR_DIRS, AUTOENCODER_WEIGHTS = layout.PRIOR, layout.ALT_PRIORS, layout.MODEL_WEIGHTS
@@ -404,3 +411,58 @@ def generation_fid(
     if labels is not None:
         info["label_counts"] = torch.bincount(labels, minlength=int(labels.max()) + 1).tolist()
     return {name: float(fid), f"{name}_n": n, f"{name}_seconds": time.perf_counter() - t0, f"{name}_info": info}
+
+
+# ---- the commands' workflows ---------------------------------------------------------------------------
+def kind_replaced(out_dir: str | os.PathLike, conditional: bool) -> str | None:
+    """The kind of the prior that training a ``conditional`` one into ``out_dir`` would replace, if it differs."""
+    d = Path(out_dir)
+    if not _is_prior(d):
+        return None
+    try:
+        was_cond = prior_is_conditional(d)
+    except (OSError, ValueError):
+        return None
+    return _kind(was_cond) if was_cond != conditional else None
+
+
+def train_and_record_prior(run_dir: str | os.PathLike, *, conditional: bool = False, **kwargs):
+    """``train_run_prior`` and the best validation NLL into eval.json (prior_val_bpc / prior_cond_val_bpc)."""
+    result, summary = train_run_prior(run_dir, conditional=conditional, **kwargs)
+    layout.update_eval(run_dir, {"prior_cond_val_bpc" if conditional else "prior_val_bpc": result.best_val_bpc})
+    return result, summary
+
+
+def save_samples(images: torch.Tensor, labels: torch.Tensor | None, out: str | os.PathLike, *,
+                 nrow: int | None = None, cycling: bool = False) -> Path:
+    """One PNG per image (``sample_007_class3.png``) and grid.png in ``out``; ``nrow`` defaults to the classes
+    when they are cycled, else about sqrt(n)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    n = images.shape[0]
+    width = len(str(n - 1))
+    for i in range(n):
+        suffix = f"_class{int(labels[i])}" if labels is not None else ""
+        save_image(images[i], out / f"sample_{i:0{width}d}{suffix}.png")
+    if nrow is None:
+        classes = int(labels.max()) + 1 if labels is not None else 0
+        nrow = classes if cycling and n > classes - 1 else max(1, math.ceil(math.sqrt(n)))
+    save_image(images, out / "grid.png", nrow=nrow, padding=2, pad_value=1.0)
+    return out
+
+
+def run_generation_fid(run_dir: str | os.PathLike, *, n: int, inception_weights: str | None, device,
+                       limit: int | None) -> dict:
+    """Generation FID of every prior the run has (unconditional and / or class-conditional) into eval.json."""
+    priors = available_priors(run_dir)
+    if not priors:
+        raise FileNotFoundError(f"no prior in {run_dir}: train one first with `vqwae prior train {run_dir}` "
+                                "(add --conditional for class-conditional generation)")
+    inception, why = load_inception(inception_weights, device=device)
+    if inception is None:
+        return layout.update_eval(run_dir, {"gfid_uncond": None, "gfid_cond": None, "gfid_skipped": why})
+    out = {}
+    for kind, prior_dir in priors.items():  # the kinds that exist: "uncond" and/or "cond"
+        out.update(generation_fid(run_dir, n=n, conditional=kind == "cond", inception=inception,
+                                  stats_cache=FIDStatsCache(), device=device, limit=limit, prior_dir=prior_dir))
+    return layout.update_eval(run_dir, out)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from vqwae.experiments.suite import Budget, RunSpec
+from vqwae.reproduce.grid import Budget, RunSpec
 from vqwae.quantizers import upgrade_quantizer_config
 from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run

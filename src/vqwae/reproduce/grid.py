@@ -98,23 +98,34 @@ def _dataset_root(dataset: str, data_root: str | None) -> str | None:
     return None if dataset == "digits" else data_root
 
 
+# ---- the grid: one function per cell, used by runs_for and by the analyses that read the results -------------
+# A cell equal to the paper's default run (K = 512; pi learned with lambda_r = 1 from uniform; lambda = 1e-3) is
+# that run, trained once and shared by the experiments.
+def codebook_size_spec(dataset: str, model: str, k: int) -> RunSpec:
+    return spec(dataset, model) if k == 512 else spec(dataset, model, num_codes=k)
+
+
+def pi_spec(dataset: str, mode: str, init: str) -> RunSpec:
+    if mode == "learned_kl1" and init == "uniform":
+        return spec(dataset, "vqwae")
+    return spec(dataset, "vqwae", pi_init=init, **PI_MODES[mode])
+
+
+def lambda_spec(dataset: str, lambda_r: float, lam: float) -> RunSpec:
+    if (lambda_r, lam) == (1.0, 1e-3):
+        return spec(dataset, "vqwae")
+    return spec(dataset, "vqwae", kl_weight=lambda_r, ws_weight=lam)
+
+
 def runs_for(experiment: str, dataset: str) -> list[RunSpec]:
     """The runs an experiment needs on one dataset."""
     if experiment in ("recon", "probe", "generation", "tsne"):
         return [spec(dataset, m) for m in MODELS]
     if experiment == "codebook-size":
-        return [spec(dataset, m, num_codes=k) if k != 512 else spec(dataset, m) for m in MODELS for k in CODEBOOK_SIZES]
+        return [codebook_size_spec(dataset, m, k) for m in MODELS for k in CODEBOOK_SIZES]
     if experiment in ("pi-init", "controllability"):
         modes = PI_MODES if experiment == "pi-init" else {"fixed": PI_MODES["fixed"]}
-        out = []
-        for mode, kw in modes.items():
-            for init in PI_INITS:
-                if mode == "learned_kl1" and init == "uniform":
-                    out.append(spec(dataset, "vqwae"))  # the paper's default run
-                else:
-                    out.append(spec(dataset, "vqwae", pi_init=init, **kw))
-        return out
+        return [pi_spec(dataset, mode, init) for mode in modes for init in PI_INITS]
     if experiment == "lambda":
-        return [spec(dataset, "vqwae") if (lr, lam) == (1.0, 1e-3) else spec(dataset, "vqwae", kl_weight=lr, ws_weight=lam)
-                for lr in LAMBDA_RS for lam in LAMBDAS]
+        return [lambda_spec(dataset, lr, lam) for lr in LAMBDA_RS for lam in LAMBDAS]
     raise ValueError(f"unknown experiment {experiment!r}; valid: {', '.join(EXPERIMENTS)}, all")

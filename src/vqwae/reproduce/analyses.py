@@ -15,10 +15,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vqwae.experiments import paper_numbers as P
-from vqwae.experiments.report import Claim, Section, fmt, write_report
-from vqwae.experiments.runner import ensure_runs
-from vqwae.experiments.suite import BUDGETS, EXPERIMENTS, PAPER_DATASETS, Budget, RunSpec, runs_for, spec
+from vqwae.data import load_split
+from vqwae.distributed import resolve_device
+from vqwae.figures import side_by_side_usage, usage_histogram
+from vqwae.metrics.fid import FIDStatsCache, load_inception
+from vqwae.quantizers.wasserstein import initial_pi
+from vqwae.reproduce import paper_numbers as P
+from vqwae.reproduce.grid import (BUDGETS, CODEBOOK_SIZES, EXPERIMENTS, LAMBDA_RS, LAMBDAS, MODELS, PAPER_DATASETS,
+                                  PI_INITS, PI_MODES, Budget, RunSpec, codebook_size_spec, lambda_spec, pi_spec,
+                                  runs_for, spec)
+from vqwae.reproduce.report import Claim, Section, fmt, write_report
+from vqwae.reproduce.runner import ensure_runs
+from vqwae.runs import layout
+from vqwae.runs.prior import generation_fid, train_run_prior
+from vqwae.runs.studies import probe_run, tsne_run
 
 NAMES = {"vqvae": "VQ-VAE", "sqvae": "SQ-VAE", "vqwae": "VQ-WAE"}
 
@@ -67,12 +77,10 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
 
 
 def _available(datasets: list[str], data_root: str | None):
-    from vqwae.data import load_splits
-
     ok, missing = [], []
     for d in datasets:
         try:
-            load_splits(d, None if d == "digits" else data_root, train_limit=1, eval_limit=1)
+            load_split(d, None if d == "digits" else data_root, "test", limit=1)
             ok.append(d)
         except (FileNotFoundError, OSError, ValueError) as e:
             missing.append((d, f"not available on this machine: {str(e).splitlines()[0]}"))
@@ -91,7 +99,7 @@ def _paper_pair(this, paper, digits=4):
 
 
 def _usage(results, s: RunSpec) -> np.ndarray:
-    p = Path(results[s]["run_dir"]) / "code_usage_test.json"
+    p = layout.code_usage_json(results[s]["run_dir"], "test")
     return np.asarray(json.loads(p.read_text()), dtype=float)
 
 
@@ -112,24 +120,23 @@ def _claim_best(text, values: dict, winner: str, lower: bool) -> Claim:
 
 
 def recon(datasets, results, b: Budget, out: Path, **_) -> Section:
-    from vqwae.figures import side_by_side_usage
 
     metrics = P.RECON["metrics"]
     rows, claims, figures = [], [], []
     for d in datasets:
-        for m in ("vqvae", "sqvae", "vqwae"):
+        for m in MODELS:
             paper = P.RECON["values"].get((d, m), {})
             rows.append([d, NAMES[m]] + [_paper_pair(_get(results, spec(d, m), k), paper.get(k)) for k in metrics]
                         + [fmt(_get(results, spec(d, m), "mse"))])
-        ppl = {m: _get(results, spec(d, m), "perplexity") for m in ("vqvae", "sqvae", "vqwae")}
-        rfid = {m: _get(results, spec(d, m), "rfid") for m in ("vqvae", "sqvae", "vqwae")}
+        ppl = {m: _get(results, spec(d, m), "perplexity") for m in MODELS}
+        rfid = {m: _get(results, spec(d, m), "rfid") for m in MODELS}
         claims.append(_claim_best(f"{d}: VQ-WAE has the highest codebook perplexity", ppl, "vqwae", lower=False))
         claims.append(_claim_best(f"{d}: VQ-WAE has the lowest rFID", rfid, "vqwae", lower=True))
         if ppl["vqwae"] is not None and ppl["vqvae"] is not None:
             claims.append(Claim(f"{d}: VQ-WAE uses its codebook far better than VQ-VAE (perplexity at least 2x)",
                                 ppl["vqwae"] >= 2 * ppl["vqvae"], f"{fmt(ppl['vqwae'])} vs {fmt(ppl['vqvae'])}"))
         fig = out / "figures" / f"recon_usage_{d}.png"
-        side_by_side_usage({NAMES[m]: _usage(results, spec(d, m)) for m in ("vqvae", "sqvae", "vqwae")}, fig,
+        side_by_side_usage({NAMES[m]: _usage(results, spec(d, m)) for m in MODELS}, fig,
                            title=f"Code usage on the {d} test split (K=512)")
         figures.append(fig)
     return Section("Reconstruction", P.RECON["table"], ["dataset", "model"] + [f"{k} (paper)" for k in metrics] + ["mse"],
@@ -137,23 +144,22 @@ def recon(datasets, results, b: Budget, out: Path, **_) -> Section:
 
 
 def codebook_size(datasets, results, b: Budget, out: Path, **_) -> Section:
-    from vqwae.figures import side_by_side_usage
 
     rows, claims, figures = [], [], []
-    sizes = (64, 128, 256, 512)
+    sizes = CODEBOOK_SIZES
     for d in datasets:
-        for m in ("vqvae", "sqvae", "vqwae"):
+        for m in MODELS:
             paper = P.CODEBOOK_SIZE["values"].get((d, m), {})
             for i, k in enumerate(sizes):
-                s = spec(d, m, num_codes=k) if k != 512 else spec(d, m)
+                s = codebook_size_spec(d, m, k)
                 pp = paper.get("perplexity", (None,) * 4)[i]
                 pr = paper.get("rfid", (None,) * 4)[i]
                 rows.append([d, NAMES[m], str(k), _paper_pair(_get(results, s, "perplexity"), pp),
                              _paper_pair(_get(results, s, "rfid"), pr), fmt(_get(results, s, "mse"))])
         for i, k in enumerate(sizes):
-            ppl = {m: _get(results, spec(d, m, num_codes=k) if k != 512 else spec(d, m), "perplexity") for m in NAMES}
+            ppl = {m: _get(results, codebook_size_spec(d, m, k), "perplexity") for m in NAMES}
             claims.append(_claim_best(f"{d}, K={k}: VQ-WAE has the highest perplexity", ppl, "vqwae", lower=False))
-        wae = [_get(results, spec(d, "vqwae", num_codes=k) if k != 512 else spec(d, "vqwae"), "perplexity") for k in sizes]
+        wae = [_get(results, codebook_size_spec(d, "vqwae", k), "perplexity") for k in sizes]
         if None not in wae:
             claims.append(Claim(f"{d}: VQ-WAE's perplexity grows with K", all(a < c for a, c in zip(wae, wae[1:])),
                                 " < ".join(fmt(v) for v in wae)))
@@ -161,44 +167,34 @@ def codebook_size(datasets, results, b: Budget, out: Path, **_) -> Section:
                                 all(v >= 0.9 * k for v, k in zip(wae, sizes)),
                                 ", ".join(f"{fmt(v)}/{k}" for v, k in zip(wae, sizes))))
         fig = out / "figures" / f"codebook_size_usage_{d}.png"
-        side_by_side_usage({f"VQ-WAE K={k}": _usage(results, spec(d, "vqwae", num_codes=k) if k != 512 else spec(d, "vqwae"))
+        side_by_side_usage({f"VQ-WAE K={k}": _usage(results, codebook_size_spec(d, "vqwae", k))
                             for k in sizes}, fig, title=f"VQ-WAE code usage on {d} for each codebook size")
         figures.append(fig)
     return Section("Codebook size", P.CODEBOOK_SIZE["table"],
                    ["dataset", "model", "K", "perplexity (paper)", "rFID (paper)", "mse"], rows, claims, figures)
 
 
-def _pi_spec(d, mode, init):
-    from vqwae.experiments.suite import PI_MODES
-
-    if mode == "learned_kl1" and init == "uniform":
-        return spec(d, "vqwae")
-    return spec(d, "vqwae", pi_init=init, **PI_MODES[mode])
-
-
 def pi_init(datasets, results, b: Budget, out: Path, **_) -> Section:
-    from vqwae.figures import usage_histogram
-    from vqwae.quantizers.wasserstein import initial_pi
 
     rows, claims, figures = [], [], []
     for d in datasets:
-        for mode in ("fixed", "learned_kl0", "learned_kl1"):
-            for init in ("peaked", "gaussian", "uniform"):
-                s = _pi_spec(d, mode, init)
+        for mode in PI_MODES:
+            for init in PI_INITS:
+                s = pi_spec(d, mode, init)
                 paper = P.PI_INIT["values"].get((mode, init), {}) if d == "cifar10" else {}
                 rows.append([d, mode, init, _paper_pair(_get(results, s, "rfid"), paper.get("rfid")),
                              _paper_pair(_get(results, s, "perplexity"), paper.get("perplexity"))])
-        rfid_u = {i: _get(results, _pi_spec(d, "learned_kl1", i), "rfid") for i in ("peaked", "gaussian", "uniform")}
+        rfid_u = {i: _get(results, pi_spec(d, "learned_kl1", i), "rfid") for i in PI_INITS}
         claims.append(_claim_best(f"{d}: with pi learned and lambda_r = 1, the uniform initialisation gives the best rFID",
                                   rfid_u, "uniform", lower=True))
         for init in ("peaked", "gaussian"):
-            a = _get(results, _pi_spec(d, "learned_kl1", init), "perplexity")
-            c = _get(results, _pi_spec(d, "learned_kl0", init), "perplexity")
+            a = _get(results, pi_spec(d, "learned_kl1", init), "perplexity")
+            c = _get(results, pi_spec(d, "learned_kl0", init), "perplexity")
             if a is not None and c is not None:
                 claims.append(Claim(f"{d}, {init} init: the KL regulariser (lambda_r = 1) raises perplexity over lambda_r = 0",
                                     a > c, f"{fmt(a)} vs {fmt(c)}"))
         for init in ("peaked", "gaussian"):
-            s = _pi_spec(d, "fixed", init)
+            s = pi_spec(d, "fixed", init)
             if s in results:
                 fig = out / "figures" / f"pi_init_fixed_{init}_{d}.png"
                 k = int(_usage(results, s).shape[0])
@@ -210,12 +206,11 @@ def pi_init(datasets, results, b: Budget, out: Path, **_) -> Section:
 
 
 def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
-    from vqwae.quantizers.wasserstein import initial_pi
 
     rows, claims = [], []
     for d in datasets:
-        for init in ("peaked", "gaussian", "uniform"):
-            s = _pi_spec(d, "fixed", init)
+        for init in PI_INITS:
+            s = pi_spec(d, "fixed", init)
             usage = _usage(results, s)
             p = usage / max(usage.sum(), 1)
             pi = initial_pi(init, 1, len(p))[0].numpy()
@@ -233,10 +228,10 @@ def lam(datasets, results, b: Budget, out: Path, **_) -> Section:
     rows, claims = [], []
     for d in datasets:
         spreads = {}
-        for lr in (1.0, 0.0):
+        for lr in LAMBDA_RS:
             vals = []
-            for lm in (1e-2, 1e-3, 1e-4):
-                s = spec(d, "vqwae") if (lr, lm) == (1.0, 1e-3) else spec(d, "vqwae", kl_weight=lr, ws_weight=lm)
+            for lm in LAMBDAS:
+                s = lambda_spec(d, lr, lm)
                 paper = P.LAMBDA["values"].get((lr, lm), {}) if d == "cifar10" else {}
                 r = _get(results, s, "rfid")
                 vals.append(r)
@@ -251,8 +246,6 @@ def lam(datasets, results, b: Budget, out: Path, **_) -> Section:
 
 
 def probe(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section:
-    from vqwae.runs.studies import probe_run
-    from vqwae.distributed import resolve_device
 
     rows, claims = [], []
     for d in datasets:
@@ -262,9 +255,8 @@ def probe(datasets, results, b: Budget, out: Path, device="auto", **_) -> Sectio
             r = results[s]
             if r.get("probe_budget") != b.name:
                 r.update(probe_run(r["run_dir"], limit=b.train_limit, device=resolve_device(device))[0])
-                from vqwae.runs.layout import update_eval
 
-                update_eval(r["run_dir"], {"probe_budget": b.name})
+                layout.update_eval(r["run_dir"], {"probe_budget": b.name})
             acc[m] = 100 * r["probe_accuracy"]
             rows.append([d, NAMES[m], _paper_pair(acc[m], P.PROBE["values"].get((d, m))),
                          fmt(100 * r["probe_accuracy_continuous"])])
@@ -275,8 +267,6 @@ def probe(datasets, results, b: Budget, out: Path, device="auto", **_) -> Sectio
 
 
 def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section:
-    from vqwae.runs.studies import tsne_run
-    from vqwae.distributed import resolve_device
 
     rows, claims, figures = [], [], []
     for d in datasets:
@@ -287,9 +277,8 @@ def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section
             if r.get("tsne_budget") != b.name or not png.exists():
                 r.update(tsne_run(r["run_dir"], n=min(b.tsne_points, b.eval_limit or b.tsne_points), out_png=png,
                                   device=resolve_device(device)))
-                from vqwae.runs.layout import update_eval
 
-                update_eval(r["run_dir"], {"tsne_budget": b.name})
+                layout.update_eval(r["run_dir"], {"tsne_budget": b.name})
             sil[m] = r.get("tsne_silhouette")
             rows.append([d, NAMES[m], fmt(sil[m])])
             figures.append(png)
@@ -300,10 +289,6 @@ def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section
 
 
 def generation(datasets, results, b: Budget, out: Path, device="auto", inception_weights=None, **_) -> Section:
-    from vqwae.metrics.fid import FIDStatsCache, load_inception
-    from vqwae.runs.prior import generation_fid, train_run_prior
-    from vqwae.runs.layout import update_eval
-    from vqwae.distributed import resolve_device
 
     dev = resolve_device(device)
     inception, why = load_inception(inception_weights, device=dev)
@@ -317,11 +302,11 @@ def generation(datasets, results, b: Budget, out: Path, device="auto", inception
                 for cond in (False, True):
                     train_run_prior(run, conditional=cond, epochs=b.prior_epochs, hidden_channels=b.prior_hidden,
                                     max_steps=b.prior_max_steps, device=dev,
-                                    out_dir=run / ("prior_cond" if cond else "prior"))
+                                    out_dir=run / (layout.ALT_PRIORS[True] if cond else layout.PRIOR))
                     r.update(generation_fid(run, n=b.gen_samples, conditional=cond, inception=inception,
                                             stats_cache=FIDStatsCache(), device=dev, limit=b.eval_limit,
-                                            prior_dir=run / ("prior_cond" if cond else "prior")))
-                update_eval(run, {k: r.get(k) for k in ("gfid_uncond", "gfid_cond")} | {"generation_budget": b.name})
+                                            prior_dir=run / (layout.ALT_PRIORS[True] if cond else layout.PRIOR)))
+                layout.update_eval(run, {k: r.get(k) for k in ("gfid_uncond", "gfid_cond")} | {"generation_budget": b.name})
             paper = P.GENERATION["values"].get((d, m), (None, None))
             fids[m] = r.get("gfid_uncond")
             rows.append([d, NAMES[m], _paper_pair(r.get("gfid_uncond"), paper[0]),

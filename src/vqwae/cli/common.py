@@ -1,0 +1,55 @@
+"""What the ``vqwae`` commands share: a one-line error for a user's mistake, the device, CPU threads, progress
+and wall time. (Parsing and printing only: the work is in the library.)"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+
+import torch
+import typer
+
+from vqwae.distributed import resolve_device
+from vqwae.runs.layout import check_trained
+from vqwae.threads import cpu_threads
+
+THREADS_HELP = "CPU threads [default: the CPUs not already busy]."
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Stop the command with ``error: message`` on stderr (no traceback for a user's mistake)."""
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(code)
+
+
+def check_run(run_dir) -> None:
+    """A trained run folder, or a one-line error."""
+    try:
+        check_trained(run_dir)
+    except FileNotFoundError as e:
+        fail(str(e))
+
+
+def device_or_fail(name: str) -> torch.device:
+    try:
+        return resolve_device(name)
+    except (ValueError, RuntimeError) as e:
+        fail(f"bad --device {name!r}: {e}")
+
+
+def threads_on(dev: torch.device, threads: int | None):
+    """On the CPU: torch's intra-op threads for the command (None: the idle CPUs, vqwae.threads)."""
+    return cpu_threads(threads) if dev.type == "cpu" else contextlib.nullcontext()
+
+
+def at_least(name: str, value: int | float | None, minimum=1) -> None:
+    if value is not None and value < minimum:
+        fail(f"{name} must be >= {minimum}, got {value}")
+
+
+def show_progress() -> bool:
+    return sys.stderr.isatty()
+
+
+def print_wall(t0: float) -> None:
+    typer.echo(f"wall time: {time.perf_counter() - t0:.1f} s")
