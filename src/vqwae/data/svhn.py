@@ -16,6 +16,7 @@ from pathlib import Path
 
 
 import numpy as np
+import scipy.io
 import torch
 
 from .base import DatasetInfo, ImageTensorDataset, Splits, limit, not_found, resize_uint8
@@ -37,7 +38,6 @@ def _dir(root: Path) -> Path | None:
 
 def read_mat(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """``X`` (32, 32, 3, N) and ``y`` (N, 1) of an SVHN .mat -> uint8 (N, 3, 32, 32), int64 (N,)."""
-    import scipy.io
 
     try:
         m = scipy.io.loadmat(str(path), variable_names=["X", "y"])

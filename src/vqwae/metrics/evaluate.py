@@ -27,6 +27,7 @@ import time
 from typing import Any, Iterable, Mapping
 
 import torch
+from tqdm.auto import tqdm
 
 from vqwae.metrics.fid import (
     FIDStatsCache,
@@ -37,10 +38,10 @@ from vqwae.metrics.fid import (
     frechet_distance,
     load_inception,
 )
-from vqwae.threads import cpu_threads
 from vqwae.metrics.image import Resolution, check_resolution, prepare_images, psnr_per_image, ssim_per_image
 from vqwae.metrics.lpips import LPIPS, load_lpips
 from vqwae.metrics.usage import CodeUsage
+from vqwae.threads import cpu_threads
 
 __all__ = ["evaluate_reconstructions"]
 
@@ -56,10 +57,6 @@ def _indices_of(out: Any) -> torch.Tensor:
 
 def _progress(iterable: Iterable, enabled: bool, total: int | None):
     if not enabled:
-        return iterable
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a dependency
         return iterable
     return tqdm(iterable, total=total, desc="evaluate", unit="batch", file=sys.stderr, leave=False)
 

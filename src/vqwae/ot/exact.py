@@ -8,7 +8,6 @@ It runs on the host in float64, one solve per group: faithful, but the slowest s
 from __future__ import annotations
 
 import numpy as np
-import ot  # POT
 import torch
 
 from vqwae.ot.cost import squared_distances
@@ -27,6 +26,9 @@ def exact_plans(cost: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torc
         plan (G, N, K) and potential v (G, K) with sum_k v_k = 0, on cost's device and dtype. The gradient of
         the OT value w.r.t. b along the simplex is v (POT's convention for ``ot.emd2``).
     """
+    import ot  # POT, here rather than at the top: it costs ~1.7 s at import (scikit-learn with it), and only
+    #            the exact solver needs it
+
     g, n, k = cost.shape
     cost64 = cost.detach().to("cpu", torch.float64).numpy()
     b64 = b.detach().to("cpu", torch.float64).numpy()
