@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 
 from vqwae.cli.main import app
 from vqwae.runs.layout import load_run_split, read_config, read_eval
-from vqwae.runs.prior import available_priors, fid_against_statistics, find_prior, generation_fid, real_stats_key
+from vqwae.metrics.fid import fid_against_statistics
+from vqwae.runs.generation import generation_fid, real_stats_key
+from vqwae.runs.prior import available_priors, find_prior
 from vqwae.training import TrainConfig, train
 
 TINY_PRIOR = ["--hidden", "8", "--layers", "3", "--epochs", "2", "--max-steps", "3", "--device", "cpu",

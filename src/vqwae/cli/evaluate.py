@@ -10,7 +10,7 @@ from vqwae.cli.common import fail
 from vqwae.distributed import resolve_device
 from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
-from vqwae.runs.prior import run_generation_fid
+from vqwae.runs.generation import run_generation_fid
 
 Opt = typer.Option
 

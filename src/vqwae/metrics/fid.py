@@ -304,6 +304,29 @@ def _as_2d_float64(features) -> np.ndarray:
     return f
 
 
+def fid_against_statistics(mu, sigma, features) -> float:
+    """FID between Gaussian statistics (mu (D,), sigma (D, D)) and a set of (n, D) features.
+
+    With n >= D this is :func:`frechet_distance` of the features' statistics. With fewer
+    samples than dimensions (1,000 generated images, 2,048 Inception features) the features' covariance
+    S2 = A^T A / (n - 1) (A: centred features) has rank < n and the non-zero eigenvalues of sigma S2 are
+    those of the n x n PSD matrix A sigma A^T / (n - 1), so tr (sigma S2)^(1/2) is the sum of the square
+    roots of its eigenvalues: the same quantity, exact, without a 2048 x 2048 matrix square root."""
+    f = features.detach().cpu().double().numpy() if isinstance(features, torch.Tensor) else np.asarray(features, np.float64)
+    mu, sigma = np.asarray(mu, np.float64), np.asarray(sigma, np.float64)
+    if f.ndim != 2 or f.shape[0] < 2 or f.shape[1] != mu.shape[0] or sigma.shape != (mu.shape[0],) * 2:
+        raise ValueError(f"features {f.shape} do not match statistics mu {mu.shape}, sigma {sigma.shape}")
+    n, d = f.shape
+    if n >= d:
+        return frechet_distance(mu, sigma, *feature_statistics(f))
+    mu2 = f.mean(axis=0)
+    a = f - mu2
+    m = a @ sigma @ a.T / (n - 1)
+    eig = np.linalg.eigvalsh((m + m.T) / 2.0).clip(min=0.0)
+    diff = mu - mu2
+    return float(diff @ diff + np.trace(sigma) + float((a * a).sum()) / (n - 1) - 2.0 * np.sqrt(eig).sum())
+
+
 def fid_from_features(features1, features2) -> float:
     """FID between two (N, D) feature sets.
 

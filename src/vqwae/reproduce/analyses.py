@@ -27,7 +27,8 @@ from vqwae.reproduce.grid import (BUDGETS, CODEBOOK_SIZES, EXPERIMENTS, LAMBDA_R
 from vqwae.reproduce.report import Claim, Section, fmt, write_report
 from vqwae.reproduce.runner import ensure_runs
 from vqwae.runs import layout
-from vqwae.runs.prior import generation_fid, train_run_prior
+from vqwae.runs.generation import generation_fid
+from vqwae.runs.prior import train_run_prior
 from vqwae.runs.studies import probe_run, tsne_run
 
 NAMES = {"vqvae": "VQ-VAE", "sqvae": "SQ-VAE", "vqwae": "VQ-WAE"}

@@ -19,7 +19,7 @@ from vqwae.metrics.evaluate import evaluate_reconstructions
 from vqwae.metrics.fid import FIDStatsCache, load_inception
 from vqwae.metrics.lpips import load_lpips
 from vqwae.runs import layout
-from vqwae.runs.prior import real_stats_key
+from vqwae.runs.generation import real_stats_key
 
 SSIM_WINDOW = "uniform 11x11 (valid region), data_range 1"
 
