@@ -23,14 +23,14 @@ from vqwae.data import DatasetInfo, load_split
 from vqwae.figures import read_metrics_jsonl
 from vqwae.files import atomic_write_text
 from vqwae.models import VQAutoencoder
-from vqwae.training import checkpoint
+from vqwae.models.pretrained import WEIGHTS_NAME
 from vqwae.training.config import TrainConfig
 
 CONFIG = "config.json"
-MODEL_WEIGHTS = "model.safetensors"
-MODEL_CONFIG = "model_config.json"  # written by VQAutoencoder.save_pretrained
+MODEL_WEIGHTS = WEIGHTS_NAME  # "model.safetensors": the model folder's files are the model's (PretrainedMixin)
+MODEL_CONFIG = VQAutoencoder.config_name  # "model_config.json"
 METRICS = "metrics.jsonl"
-STATE = checkpoint.STATE_NAME  # "state.pt"
+STATE = "state.pt"
 EVAL = "eval.json"
 TRAINING_CURVES = "training_curves.png"
 TSNE = "tsne.png"

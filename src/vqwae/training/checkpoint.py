@@ -15,7 +15,6 @@ import torch
 
 from vqwae.files import atomic_torch_save
 
-STATE_NAME = "state.pt"  # the run folder's name for it: vqwae.runs.layout.STATE
 
 
 def rng_state() -> dict:
@@ -33,12 +32,13 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_state(run_dir: Path, **state) -> None:
-    atomic_torch_save({**state, "rng": rng_state()}, Path(run_dir) / STATE_NAME)
+def save_state(path: Path, **state) -> None:
+    """Write the resumable state (and the RNG states) to ``path`` (the run folder's layout.STATE), atomically."""
+    atomic_torch_save({**state, "rng": rng_state()}, Path(path))
 
 
-def load_state(run_dir: Path) -> dict:
-    path = Path(run_dir) / STATE_NAME
+def load_state(path: Path) -> dict:
+    path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"cannot resume: {path} not found (the run never finished an epoch?)")
     try:

@@ -148,7 +148,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
     autocast = _autocast_factory(run.precision, device)
     start_epoch, step, best = 0, 0, math.inf
     if resume and (run_dir / layout.STATE).exists():
-        state = checkpoint.load_state(run_dir)
+        state = checkpoint.load_state(run_dir / layout.STATE)
         try:
             model.load_state_dict(state["model"])
         except RuntimeError as e:
@@ -232,7 +232,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
                 best = metrics["val/mse"]
                 model.save_pretrained(run_dir)
             layout.append_metrics(run_dir, metrics)
-            checkpoint.save_state(run_dir, model=model.state_dict(), optimizer=optimizer.state_dict(),
+            checkpoint.save_state(run_dir / layout.STATE, model=model.state_dict(), optimizer=optimizer.state_dict(),
                                   scheduler=scheduler.state_dict(), epoch=epoch + 1, step=step,
                                   best_val_mse=best, config=cfg.to_dict())
             print(f"epoch {epoch + 1}: " + ", ".join(f"{k} {v:.5g}" for k, v in metrics.items()
