@@ -30,7 +30,6 @@ from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
-from torchvision.utils import save_image
 
 from vqwae.prior.pixelcnn import CONFIG_NAME, WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
 from vqwae.prior.sampling import sample as sample_codes
@@ -304,6 +303,9 @@ def save_samples(images: torch.Tensor, labels: torch.Tensor | None, out: str | o
                  nrow: int | None = None, cycling: bool = False) -> Path:
     """One PNG per image (``sample_007_class3.png``) and grid.png in ``out``; ``nrow`` defaults to the classes
     when they are cycled, else about sqrt(n)."""
+    # Imported here: torchvision costs ~1.6 s at import (it loads torch._dynamo), and only `vqwae sample` needs it.
+    from torchvision.utils import save_image
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     n = images.shape[0]
