@@ -17,9 +17,9 @@ import dataclasses
 import math
 import types
 import typing
-from dataclasses import MISSING, Field, field, fields, is_dataclass
+from dataclasses import MISSING, Field, field, fields
 from functools import lru_cache
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 
 def option(default: Any, help: str, *, choices: tuple | None = None, min: float | None = None,
@@ -141,7 +141,7 @@ def build(cls: type, nested: dict):
     return cls(**kwargs)
 
 
-def _base_types(hint) -> tuple[list, bool]:
+def base_types(hint) -> tuple[list, bool]:
     """(the non-None types of an annotation, whether None is allowed)."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         args = list(typing.get_args(hint))
@@ -155,7 +155,7 @@ _TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 def coerce(value, hint, name: str):
     """``value`` as the annotated type (int, float, bool, str, or X | None), or a ValueError naming ``name``,
     the value and the expected type. Strings are parsed (YAML reads ``5e-4`` as a string)."""
-    allowed, nullable = _base_types(hint)
+    allowed, nullable = base_types(hint)
     if value is None or (isinstance(value, str) and value.lower() in ("none", "null") and nullable):
         if nullable:
             return None
@@ -188,7 +188,7 @@ def coerce(value, hint, name: str):
 
 
 def _type_name(hint) -> str:
-    allowed, nullable = _base_types(hint)
+    allowed, nullable = base_types(hint)
     names = [{bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(t, str(t)) for t in allowed]
     return " or ".join(names + (["null"] if nullable else []))
 
@@ -232,11 +232,5 @@ def describe(leaf: Leaf) -> str:
     return text
 
 
-def iter_sections(config) -> Iterator[tuple[str, Any]]:
-    for f in fields(config):
-        if f.metadata.get("section"):
-            yield f.name, getattr(config, f.name)
-
-
 __all__ = ["option", "section", "Leaf", "leaves", "flat_names", "to_flat", "from_flat", "to_nested", "build",
-           "coerce", "check_fields", "describe", "is_dataclass"]
+           "coerce", "check_fields", "describe", "base_types"]

@@ -13,12 +13,12 @@ from typing import Callable
 import typer
 from rich.markup import escape
 
-from vqwae.options import Leaf, _base_types, describe, leaves
+from vqwae.options import Leaf, base_types, describe, leaves
 
 
 def _flag(leaf: Leaf) -> tuple[str, ...]:
     name = leaf.flat.replace("_", "-")
-    allowed, _ = _base_types(leaf.hint)
+    allowed, _ = base_types(leaf.hint)
     if allowed == [bool]:
         negative = leaf.field.metadata.get("negative") or f"no-{name}"
         return (f"--{name}/--{negative}",)
@@ -32,7 +32,7 @@ def _help(leaf: Leaf) -> str:
 
 
 def _param(leaf: Leaf) -> inspect.Parameter:
-    allowed, _ = _base_types(leaf.hint)
+    allowed, _ = base_types(leaf.hint)
     annotation = (allowed[0] if len(allowed) == 1 else str) | None
     opt = typer.Option(None, *_flag(leaf), help=_help(leaf), show_default=False,
                        rich_help_panel=leaf.path[-2] if len(leaf.path) > 1 else "run")

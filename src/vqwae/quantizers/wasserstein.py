@@ -103,9 +103,7 @@ class WassersteinConfig(WassersteinOptions, CodebookShape):
 
     def __post_init__(self):
         CodebookShape.__post_init__(self)
-        WassersteinOptions.__post_init__(self)
-        if self.num_positions is not None and self.num_positions < 1:
-            raise ValueError(f"num_positions must be positive or None, got {self.num_positions}")
+        WassersteinOptions.__post_init__(self)  # checks every field, num_positions included
 
 
 def initial_pi(kind: str, groups: int, num_codes: int) -> torch.Tensor:
@@ -299,7 +297,7 @@ class WassersteinQuantizer(Quantizer):
         want_loss = self.training if compute_loss is None else compute_loss
         search = None
         if want_loss and self.solver.shares_search and not self._gathered():
-            self._check_positions(flat)
+            self._check_positions(flat)  # before the search, whose grouping assumes the positions
             # One distance computation serves quantization (nearest codes) and the OT (transport assignment).
             indices, search = self.solver.search(flat, self.embedding)
         else:
