@@ -1,7 +1,8 @@
 """How many CPU threads vqwae's commands use on a shared machine, and a scope that sets them.
 
 On a shared machine oversubscribed intra-op threads are many times slower than fewer threads (OpenMP threads
-wait at barriers while another job holds a core), so a command takes the CPUs not already busy.
+wait at barriers while another job holds a core), so a command takes the CPUs not already busy, unless the
+environment variable VQWAE_THREADS (or a command's --threads) says how many.
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Iterator
 
 import torch
 
+ENV = "VQWAE_THREADS"
+
 
 def default_num_threads() -> int:
     """CPU threads for metric networks: the CPUs this process may use, minus those other work keeps busy.
@@ -21,7 +24,14 @@ def default_num_threads() -> int:
     machine gets all its CPUs. "Busy" is the number of runnable tasks other than this one right now (Linux
     /proc/loadavg, the median of a few readings), not the 1-minute load average: that average still counts
     work that has just finished, such as this very process's training a moment ago.
+
+    ``VQWAE_THREADS=N`` in the environment overrides the guess.
     """
+    env = os.environ.get(ENV, "").strip()
+    if env:
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"{ENV}={env!r}: expected a whole number of threads >= 1")
+        return int(env)
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux

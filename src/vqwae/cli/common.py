@@ -13,7 +13,7 @@ from vqwae.distributed import resolve_device
 from vqwae.runs.layout import check_trained
 from vqwae.threads import cpu_threads
 
-THREADS_HELP = "CPU threads [default: the CPUs not already busy]."
+THREADS_HELP = "CPU threads [default: env VQWAE_THREADS, else the CPUs not already busy]."
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -33,8 +33,10 @@ def check_run(run_dir) -> None:
 def device_or_fail(name: str) -> torch.device:
     try:
         return resolve_device(name)
-    except (ValueError, RuntimeError) as e:
+    except ValueError as e:
         fail(f"bad --device {name!r}: {e}")
+    except RuntimeError:  # torch lists every device type it knows
+        fail(f"bad --device {name!r}; valid: auto, cpu, cuda, cuda:N, mps")
 
 
 def threads_on(dev: torch.device, threads: int | None):

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import fail
-from vqwae.distributed import resolve_device
+from vqwae.cli.common import THREADS_HELP, at_least, check_run, device_or_fail, fail
 from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
 from vqwae.runs.generation import run_generation_fid
@@ -33,20 +32,28 @@ def eval_command(
     generation: bool = Opt(False, "--generation", help="Also generation FID from RUN_DIR/prior (see `vqwae prior train`)."),
     n_samples: int = Opt(1000, help="Generated images for --generation."),
     device: str = Opt("auto"),
-    threads: int | None = Opt(None, help="CPU threads for the metrics [default: the CPUs not already busy]."),
+    threads: int | None = Opt(None, help=THREADS_HELP),
     data_root: str | None = Opt(None, help="Override the dataset location recorded in the run."),
 ) -> None:
     """Evaluate a trained run; writes RUN_DIR/eval.json and PNGs next to it, prints a table."""
     res = 256 if resolution == "256" else resolution
     if res not in ("native", 256):
         fail(f"unknown resolution {resolution!r}; valid: native, 256")
+    if split not in ("val", "test"):
+        fail(f"unknown --split {split!r}; valid: val, test")
+    check_run(run_dir)
+    at_least("--limit", limit)
+    at_least("--batch-size", batch_size)
+    at_least("--n-samples", n_samples)
+    at_least("--threads", threads)
+    dev = device_or_fail(device)
     try:
         result = evaluate_run(run_dir, split=split, limit=limit, batch_size=batch_size, resolution=res,
                               inception_weights=inception_weights, lpips_weights=lpips_weights, fid=fid,
-                              lpips=lpips, device=device, data_root=data_root, threads=threads)
+                              lpips=lpips, device=dev, data_root=data_root, threads=threads)
         if generation:
             result = run_generation_fid(run_dir, n=n_samples, inception_weights=inception_weights,
-                                        device=resolve_device(device), limit=limit)
+                                        device=dev, limit=limit)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     typer.echo(f"\n{run_dir}  ({result.get('model')} on {result.get('dataset')}, {split} split, "

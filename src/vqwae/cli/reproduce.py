@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import fail
+from vqwae.cli.common import THREADS_HELP, at_least, device_or_fail, fail, threads_on
 from vqwae.reproduce import reproduce
 
 Opt = typer.Option
@@ -21,16 +21,21 @@ def reproduce_command(
     data_root: str | None = Opt(None, help="Folder holding the datasets (e.g. ../shared/data)."),
     out: Path = Opt(Path("runs/reproduce"), help="Output folder: runs/, figures/, REPORT.md, REPORT.html."),
     jobs: int = Opt(1, help="Runs trained at once (each with fewer CPU threads)."),
-    device: str = Opt("auto"),
+    device: str = Opt("auto", help="auto | cpu | cuda | cuda:N"),
+    threads: int | None = Opt(None, help=THREADS_HELP + " With --jobs, per job."),
     inception_weights: str | None = Opt(None, envvar="VQWAE_INCEPTION_WEIGHTS"),
     lpips_weights: str | None = Opt(None, envvar="VQWAE_LPIPS_WEIGHTS"),
 ) -> None:
     """Run (or resume) the paper's experiments; finished runs are reused, interrupted ones resumed."""
+    at_least("--jobs", jobs)
+    at_least("--threads", threads)
+    dev = device_or_fail(device)
     try:
-        md = reproduce([e.strip() for e in experiment.split(",")], [d.strip() for d in datasets.split(",")],
-                       budget, out, data_root=data_root, jobs=jobs, device=device,
-                       inception_weights=inception_weights, lpips_weights=lpips_weights,
-                       command="vqwae " + " ".join(sys.argv[1:]))
-    except (ValueError, FileNotFoundError) as e:
+        with threads_on(dev, threads):
+            md = reproduce([e.strip() for e in experiment.split(",")], [d.strip() for d in datasets.split(",")],
+                           budget, out, data_root=data_root, jobs=jobs, device=device, threads=threads,
+                           inception_weights=inception_weights, lpips_weights=lpips_weights,
+                           command="vqwae " + " ".join(sys.argv[1:]))
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
         fail(str(e))
     typer.echo(f"report: {md} and {md.with_suffix('.html')}")

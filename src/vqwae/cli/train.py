@@ -10,6 +10,7 @@ import typer
 from vqwae.cli.common import fail
 from vqwae.cli.options import with_config_options
 from vqwae.runs.layout import CONFIG, resume_config
+from vqwae.runs.lock import RunFolderBusy
 from vqwae.training import TrainConfig, TrainingDiverged, train
 
 
@@ -32,7 +33,7 @@ def train_command(
         else:
             cfg = TrainConfig.resolve(preset=preset, config_file=config, **options)
         result = train(cfg, resume=resume)
-    except (TrainingDiverged, ValueError, FileNotFoundError, FileExistsError) as e:
+    except (TrainingDiverged, RunFolderBusy, ValueError, FileNotFoundError, FileExistsError) as e:
         fail(str(e))
     typer.echo(f"done: {result.epochs_completed} epochs, {result.steps} steps, best val MSE {result.best_val_mse:.6f} "
                f"-> {result.run_dir}")

@@ -35,8 +35,9 @@ class DatasetNotFoundError(FileNotFoundError):
     """
 
 
-class CorruptImageError(OSError):
-    """An image file exists but cannot be decoded; the message names the file."""
+class CorruptImageError(OSError, ValueError):
+    """An image file exists but cannot be decoded; the message names the file. (A ValueError too: bad input
+    data, reported like any other bad value.)"""
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ cache only the needed files are decoded.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-
 
 import torch
 
@@ -51,10 +51,13 @@ def _scan(folder: Path, classes=None):
 
 
 class _Source:
-    """A scanned folder whose rows are decoded (or read from cache) on demand, all at once."""
+    """A scanned folder whose rows are decoded (or read from cache) on demand, all at once. With
+    ``skip_unreadable`` a file that cannot be decoded is left out of its split (and counted) instead of
+    stopping the load."""
 
-    def __init__(self, folder: Path, files, labels, size: int):
+    def __init__(self, folder: Path, files, labels, size: int, skip_unreadable: bool = False):
         self.folder, self.files, self.labels, self.size = folder, files, labels, size
+        self.skip_unreadable = skip_unreadable
 
     def take(self, rows: list[int]) -> ImageTensorDataset:
         return self.take_many([rows])[0]
@@ -63,15 +66,29 @@ class _Source:
         """Several row lists decoded in one pass (one cache read / write)."""
         flat = [r for p in parts for r in p]
         full = sorted(flat) == list(range(len(self.files)))
+        skipped = [] if self.skip_unreadable else None
         x = decode_cached(self.files, root=self.folder, tag=f"imagefolder-s{self.size}",
-                          crop="square", size=self.size, subset=None if full else flat)
-        if full:
-            x = x[torch.as_tensor(flat, dtype=torch.long)]
-        out, start = [], 0
+                          crop="square", size=self.size, subset=None if full else flat, skipped=skipped)
+        readable = torch.ones(len(self.files) if full else len(flat), dtype=torch.bool)
+        if skipped:
+            readable[[i for i, _ in skipped]] = False
+            first = skipped[0][1].split("; delete")[0]
+            print(f"skipped {len(skipped)} unreadable image file(s) under {self.folder}, e.g. {first}",
+                  file=sys.stderr, flush=True)
+        if full:  # x holds the readable files in file order: file row -> x row
+            x_row = torch.cumsum(readable.long(), 0) - 1
+            rows = torch.as_tensor(flat, dtype=torch.long)
+            keep = readable[rows]
+            x = x[x_row[rows[keep]]]
+        else:  # x holds the readable requested rows in request order
+            keep = readable
+        out, start, xs = [], 0, 0
         for p in parts:
-            out.append(ImageTensorDataset(x[start:start + len(p)],
-                                          self.labels[torch.as_tensor(p, dtype=torch.long)]))
+            k = keep[start:start + len(p)]
+            n = int(k.sum())
+            out.append(ImageTensorDataset(x[xs:xs + n], self.labels[torch.as_tensor(p, dtype=torch.long)[k]]))
             start += len(p)
+            xs += n
         return out
 
 
@@ -83,8 +100,9 @@ def _split_dirs(root: Path) -> tuple[Path, Path | None, Path] | None:
 
 
 def load(root, *, train_limit=None, eval_limit=None, download=False, image_size=None,
-         seed=0) -> Splits:
-    """Load an image folder (see the module docstring); ``download`` is ignored."""
+         seed=0, skip_unreadable=False) -> Splits:
+    """Load an image folder (see the module docstring); ``download`` is ignored. ``skip_unreadable``:
+    leave out (and count) files that cannot be decoded instead of stopping at the first."""
     size = int(image_size or DEFAULT_SIZE)
     root = Path(root).expanduser()
     if not root.is_dir():
@@ -94,12 +112,12 @@ def load(root, *, train_limit=None, eval_limit=None, download=False, image_size=
     if dirs is not None:
         tr_dir, val_dir, te_dir = dirs
         tr_f, tr_y, classes = _scan(tr_dir)
-        tr = _Source(tr_dir, tr_f, tr_y, size)
+        tr = _Source(tr_dir, tr_f, tr_y, size, skip_unreadable)
         te_f, te_y, _ = _scan(te_dir, classes)
-        te = _Source(te_dir, te_f, te_y, size)
+        te = _Source(te_dir, te_f, te_y, size, skip_unreadable)
         if val_dir is not None:
             va_f, va_y, _ = _scan(val_dir, classes)
-            va = _Source(val_dir, va_f, va_y, size)
+            va = _Source(val_dir, va_f, va_y, size, skip_unreadable)
             train = tr.take(list(range(limit(len(tr_f), train_limit))))
             val = va.take(list(range(limit(len(va_f), eval_limit))))
         else:
@@ -111,7 +129,7 @@ def load(root, *, train_limit=None, eval_limit=None, download=False, image_size=
         test = te.take(list(range(limit(len(te_f), eval_limit))))
     else:
         files, labels, classes = _scan(root)
-        src = _Source(root, files, labels, size)
+        src = _Source(root, files, labels, size, skip_unreadable)
         order = _perm(len(files), seed).tolist()
         n_hold = len(order) // 10
         n_tr = len(order) - 2 * n_hold

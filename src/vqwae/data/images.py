@@ -132,9 +132,10 @@ def _decode(path, channels: int) -> torch.Tensor:
         with Image.open(path) as im:
             arr = np.array(im.convert("RGB" if channels == 3 else "L"))
     except Exception as pil_err:
-        extra = f" (torchvision: {tv_err})" if tv_err is not None else ""
-        raise CorruptImageError(f"cannot decode image file {path}: {pil_err}{extra}; "
-                                "delete or replace the file") from pil_err
+        # PIL's reason is the readable one (torchvision's names its C++ source line); both are chained.
+        reason = str(pil_err).replace(f"'{path}'", "").strip() or type(pil_err).__name__
+        raise CorruptImageError(f"cannot decode image file {path} ({reason}); delete or replace it (image folders: "
+                                "--skip-unreadable leaves such files out)") from (tv_err or pil_err)
     t = torch.from_numpy(arr)
     return t.permute(2, 0, 1).contiguous() if t.ndim == 3 else t.unsqueeze(0)
 
@@ -165,38 +166,53 @@ def _transform(img: torch.Tensor, crop: int | str | None, size: int | None) -> t
 
 
 def decode_files(files: Sequence, channels: int = 3, crop: int | str | None = None,
-                 size: int | None = None) -> torch.Tensor:
+                 size: int | None = None, skipped: list | None = None) -> torch.Tensor:
     """Decode ``files`` into one uint8 ``(N, channels, S, S)`` tensor.
 
     Each image is center-cropped (``crop``) and resized (``size``) first. Without ``size`` all
     images must share the first one's size, else the error names the odd file.
+    An unreadable file raises :class:`CorruptImageError` naming it; when a list ``skipped`` is
+    given, its position in ``files`` and the reason are appended there instead, and the result
+    has a row for each readable file only (in order).
     """
     out: torch.Tensor | None = None
+    row = 0
     with _quiet_tv():
         for i, f in enumerate(files):
-            img = _transform(_decode(f, channels), crop, size)
+            try:
+                img = _transform(_decode(f, channels), crop, size)
+            except CorruptImageError as e:
+                if skipped is None:
+                    raise
+                skipped.append((i, str(e)))
+                continue
             if out is None:
                 out = torch.empty((len(files),) + tuple(img.shape), dtype=torch.uint8)
             elif img.shape != out.shape[1:]:
                 raise CorruptImageError(
                     f"image {f} has shape {tuple(img.shape)}, expected {tuple(out.shape[1:])} "
                     f"like {files[0]}; pass image_size to resize")
-            out[i] = img
+            out[row] = img
+            row += 1
     if out is None:
         shape = (0, channels, size or 0, size or 0)
         out = torch.empty(shape, dtype=torch.uint8)
-    return out
+    return out[:row] if row < out.shape[0] else out
 
 
 def decode_cached(files: Sequence, *, root: Path, tag: str, channels: int = 3,
                   crop: int | str | None = None, size: int | None = None,
-                  subset: Sequence[int] | None = None, use_cache: bool = True) -> torch.Tensor:
+                  subset: Sequence[int] | None = None, use_cache: bool = True,
+                  skipped: list | None = None) -> torch.Tensor:
     """Decode ``files`` (all, or the rows ``subset`` in that order) with the on-disk cache.
 
     * cache valid (same files, sizes, mtimes and parameters): read from it (memory-mapped,
       then copied), whatever ``subset`` is;
     * no valid cache, ``subset is None``: decode everything and write the cache;
     * no valid cache, ``subset`` given: decode only those files and write nothing.
+
+    ``skipped``: see :func:`decode_files` (positions are in the requested rows' order); a decode
+    that skipped files writes no cache.
     """
     params = f"v1|channels={channels}|crop={crop}|size={size}"
     path = None
@@ -209,8 +225,8 @@ def decode_cached(files: Sequence, *, root: Path, tag: str, channels: int = 3,
             return (imgs[torch.as_tensor(list(subset), dtype=torch.long)] if subset is not None
                     else imgs.clone())
     if subset is not None:
-        return decode_files([files[i] for i in subset], channels, crop, size)
-    imgs = decode_files(files, channels, crop, size)
-    if path is not None:
+        return decode_files([files[i] for i in subset], channels, crop, size, skipped)
+    imgs = decode_files(files, channels, crop, size, skipped)
+    if path is not None and imgs.shape[0] == len(files):
         save_cache(path, {"images": imgs, "count": len(files), "params": params})
     return imgs

@@ -18,6 +18,8 @@ class DataOptions:
                                     "CelebA and image folders)", min=1)
     train_limit: int | None = option(None, "use the first N training images (None: all)", min=1)
     eval_limit: int | None = option(None, "use the first N validation and test images (None: all)", min=1)
+    skip_unreadable: bool = option(False, "imagefolder: leave out (and count) image files that cannot be decoded "
+                                   "instead of stopping at the first")
     num_workers: int = option(0, "DataLoader workers (the splits are in memory: 0 is usually fastest)", min=0)
 
     def __post_init__(self):

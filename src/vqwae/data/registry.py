@@ -5,6 +5,7 @@ seed) -> Splits`` function; :func:`register_dataset` adds more.
 """
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from typing import Callable
@@ -50,7 +51,7 @@ def _cap(ds, n: int | None):
 
 def load_splits(name: str, root: str | os.PathLike | None, *, train_limit: int | None = None,
                 eval_limit: int | None = None, download: bool = False,
-                image_size: int | None = None, seed: int = 0) -> Splits:
+                image_size: int | None = None, seed: int = 0, skip_unreadable: bool = False) -> Splits:
     """Load the train / val / test splits of dataset ``name`` stored under ``root``.
 
     Args:
@@ -65,6 +66,8 @@ def load_splits(name: str, root: str | os.PathLike | None, *, train_limit: int |
         image_size: side of the served square images; default per dataset (32 for mnist,
             cifar10, svhn, digits; 64 for celeba and imagefolder). Resized in bulk when set.
         seed: seed of the permutation splits (digits, imagefolder); official splits ignore it.
+        skip_unreadable: leave out (and count, on stderr) image files that cannot be decoded
+            instead of raising CorruptImageError (imagefolder).
 
     Returns:
         :class:`~vqwae.data.base.Splits` with ``train``, ``val``, ``test`` datasets of
@@ -88,8 +91,13 @@ def load_splits(name: str, root: str | os.PathLike | None, *, train_limit: int |
         if mod is not None and hasattr(mod, "LAYOUTS"):
             raise not_found(key, None, mod.LAYOUTS, mod.HOW)
         raise ValueError(f"dataset {key!r} needs a root folder")
+    extra = {}
+    if skip_unreadable:
+        if "skip_unreadable" not in inspect.signature(LOADERS[key]).parameters:
+            raise ValueError(f"skip_unreadable applies to folders of image files (imagefolder), not to {key!r}")
+        extra["skip_unreadable"] = True
     s = LOADERS[key](Path(root) if root is not None else None, train_limit=train_limit,
-                     eval_limit=eval_limit, download=download, image_size=image_size, seed=seed)
+                     eval_limit=eval_limit, download=download, image_size=image_size, seed=seed, **extra)
     s.train = _cap(s.train, train_limit)
     s.val = _cap(s.val, eval_limit)
     s.test = _cap(s.test, eval_limit)
@@ -100,12 +108,13 @@ SPLITS = ("train", "val", "test")
 
 
 def load_split(name: str, root: str | os.PathLike | None, split: str, *, limit: int | None = None,
-               download: bool = False, image_size: int | None = None, seed: int = 0):
+               download: bool = False, image_size: int | None = None, seed: int = 0,
+               skip_unreadable: bool = False):
     """One split ("train", "val" or "test") of dataset ``name``: (dataset, :class:`DatasetInfo`), the first
     ``limit`` images (None: all). The other splits are not decoded (their limit is 0)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid: {', '.join(map(repr, SPLITS))}")
     train_limit, eval_limit = (limit, 0) if split == "train" else (0, limit)
     s = load_splits(name, root, train_limit=train_limit, eval_limit=eval_limit, download=download,
-                    image_size=image_size, seed=seed)
+                    image_size=image_size, seed=seed, skip_unreadable=skip_unreadable)
     return getattr(s, split), s.info

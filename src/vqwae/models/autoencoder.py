@@ -43,7 +43,21 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
             raise ValueError(f"quantizer dim {quantizer.dim} != network latent_dim {network.latent_dim}")
         return cls(enc, quantizer, dec, network)
 
+    def check_images(self, x: torch.Tensor) -> None:
+        """Images must be a floating-point (B, C, S, S) batch with the network's channels (values in [0, 1])."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"expected a tensor of images, got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(f"images must be floating point in [0, 1], got {x.dtype} (for uint8 images: x.float() / 255)")
+        if x.dim() != 4:
+            raise ValueError(f"expected images of shape (B, C, H, W), got shape {tuple(x.shape)}")
+        channels = self.network_config.in_channels if self.network_config is not None else None
+        if channels is not None and x.shape[1] != channels:
+            raise ValueError(f"images have {x.shape[1]} channels but the network takes {channels}")
+
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, QuantizerOutput]:
+        """Images (B, C, S, S) in [0, 1] -> (reconstructions, the quantizer's output)."""
+        self.check_images(x)
         out = self.quantizer(self.encoder(x))
         return self.decoder(out.quantized), out
 
@@ -53,6 +67,7 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
     @torch.no_grad()
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Images (B, C, S, S) -> code indices (B, h, w)."""
+        self.check_images(x)
         return self.quantizer(self.encoder(x), compute_loss=False).indices
 
     @torch.no_grad()

@@ -71,7 +71,12 @@ class PretrainedMixin:
             state = load_file(str(w_path), device="cpu")
         except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
             raise ValueError(f"{w_path} could not be read (corrupt or truncated?): {e}") from e
-        missing, unexpected = model.load_state_dict(state, strict=False)
+        try:
+            missing, unexpected = model.load_state_dict(state, strict=False)
+        except RuntimeError as e:  # a shape that differs: torch lists every one, we name the first
+            mismatches = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
+            raise ValueError(f"{w_path} does not fit {cfg_path} ({len(mismatches)} tensor(s) of another shape): "
+                             f"{mismatches[0] if mismatches else e}") from None
         model._check_loaded(list(missing), list(unexpected), w_path)
         return model.to(map_location)
 

@@ -82,8 +82,12 @@ class Quantizer(nn.Module):
             raise TypeError(f"expected a tensor of latents, got {type(z).__name__}")
         if z.dim() != 4:
             raise ValueError(f"expected latents of shape (B, D, H, W), got rank {z.dim()} shape {tuple(z.shape)}")
+        if not z.is_floating_point():
+            raise TypeError(f"latents must be floating point, got {z.dtype}")
         if z.shape[1] != self.dim:
             raise ValueError(f"latents have {z.shape[1]} channels but the codebook dim is {self.dim}")
+        if z.numel() == 0:
+            raise ValueError(f"latents of shape {tuple(z.shape)} are empty: nothing to quantize")
         if not torch.isfinite(z).all():
             raise ValueError("latents contain NaN or Inf (check the encoder and the learning rate)")
 

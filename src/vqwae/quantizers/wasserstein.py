@@ -191,8 +191,12 @@ class WassersteinQuantizer(Quantizer):
     def set_pi(self, probs: torch.Tensor) -> None:
         """Set pi to given probabilities, (K,) or (M, K) (e.g. a known prior, with learn_pi=False)."""
         probs = torch.as_tensor(probs, dtype=torch.float32, device=self.beta.device)
-        if probs.shape[-1] != self.num_codes or (probs < 0).any():
-            raise ValueError(f"pi must be non-negative with last dimension {self.num_codes}, got shape {tuple(probs.shape)}")
+        if probs.shape[-1] != self.num_codes or probs.dim() > 2 or (probs.dim() == 2 and probs.shape[0] not in (1, self.groups)):
+            raise ValueError(f"pi must have shape ({self.num_codes},) or ({self.groups}, {self.num_codes}), "
+                             f"got {tuple(probs.shape)}")
+        if not torch.isfinite(probs).all() or (probs < 0).any() or (probs.sum(-1) <= 0).any():
+            raise ValueError("pi must be finite and non-negative with a positive sum (got NaN, Inf, a negative "
+                             "or an all-zero row)")
         self.beta.copy_((probs / probs.sum(-1, keepdim=True)).clamp_min(1e-12).log().expand_as(self.beta))
 
     def _check_positions(self, flat: torch.Tensor) -> None:

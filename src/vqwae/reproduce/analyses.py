@@ -36,7 +36,7 @@ NAMES = {"vqvae": "VQ-VAE", "sqvae": "SQ-VAE", "vqwae": "VQ-WAE"}
 
 def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Path, *, data_root: str | None = None,
               jobs: int = 1, device: str = "auto", inception_weights: str | None = None,
-              lpips_weights: str | None = None, command: str = "") -> Path:
+              lpips_weights: str | None = None, command: str = "", threads: int | None = None) -> Path:
     if budget not in BUDGETS:
         raise ValueError(f"unknown budget {budget!r}; valid: {', '.join(BUDGETS)}")
     if experiments == ["all"]:
@@ -52,9 +52,10 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     specs = [s for e in experiments for d in available for s in runs_for(e, d)]
     fid_specs = {s for d in available for s in runs_for("recon", d)}
     results = ensure_runs(out, specs, b, data_root, jobs=jobs, device=device, fid_specs=fid_specs,
-                          inception_weights=inception_weights, lpips_weights=lpips_weights)
+                          inception_weights=inception_weights, lpips_weights=lpips_weights, threads=threads)
     sections = []
-    for e in experiments:
+    for i, e in enumerate(experiments, 1):
+        print(f"[reproduce] analysis {i}/{len(experiments)}: {e} ({', '.join(available)})", flush=True)
         sections.append(ANALYSES[e](available, results, b, out, device=device, inception_weights=inception_weights))
     skipped = not_run + [(d, "not requested (--datasets)") for d in PAPER_DATASETS if d not in datasets]
     if skipped:

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-
-import torch
 
 from vqwae.reproduce.grid import Budget, RunSpec
 from vqwae.quantizers import upgrade_quantizer_config
 from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
+from vqwae.threads import default_num_threads
 from vqwae.training import TrainConfig, train
 
 
@@ -38,27 +36,27 @@ def eval_signature(budget: Budget, fid: bool) -> dict:
 
 def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, device: str = "auto",
                threads: int | None = None, inception_weights: str | None = None, lpips_weights: str | None = None,
-               fid: bool = True) -> dict:
-    """Train (or resume, or skip) and evaluate one run; returns its eval.json plus run_dir and label."""
-    if threads:
-        torch.set_num_threads(threads)
+               fid: bool = True, position: str = "") -> dict:
+    """Train (or resume, or skip) and evaluate one run; returns its eval.json plus run_dir and label.
+    ``threads``: CPU threads (None: vqwae.threads' default); ``position``: "[i/n] " for the progress lines."""
     values = spec.config_values(budget, data_root)
     run_dir = run_dir_for(out, spec, values)
-    cfg = TrainConfig.from_dict(dict(values, out=str(run_dir), device=device))
+    cfg = TrainConfig.from_dict(dict(values, out=str(run_dir), device=device, threads=threads))
     history = layout.read_metrics(run_dir)
     done = max((m.get("epoch", 0) for m in history), default=0)
     last_step = history[-1].get("step", 0) if history else 0
     opt = cfg.optim
     finished = done >= opt.epochs or (opt.max_steps is not None and last_step >= opt.max_steps)
     if not finished:
-        print(f"[reproduce] training {spec.label} -> {run_dir}", flush=True)
+        print(f"[reproduce] {position}training {spec.label} ({opt.max_steps or '-'} steps) -> {run_dir}", flush=True)
         train(cfg, resume=(run_dir / layout.STATE).exists(), progress=False)
     result = layout.read_eval(run_dir)
     fid = fid and budget.fid
     if result.get("eval_signature") != eval_signature(budget, fid):
-        print(f"[reproduce] evaluating {spec.label}", flush=True)
+        print(f"[reproduce] {position}evaluating {spec.label}", flush=True)
         result = evaluate_run(run_dir, split="test", limit=budget.eval_limit, resolution=budget.resolution,
                               fid=fid, lpips=budget.lpips, device=device, progress=False, pictures=budget.pictures,
+                              threads=threads,
                               inception_weights=inception_weights, lpips_weights=lpips_weights)
         result = layout.update_eval(run_dir, {"eval_signature": eval_signature(budget, fid)})
     train_seconds = sum(m.get("seconds", 0.0) for m in layout.read_metrics(run_dir))
@@ -67,7 +65,7 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
 
 def ensure_runs(out: Path, specs: list[RunSpec], budget: Budget, data_root: str | None, *, jobs: int = 1,
                 device: str = "auto", inception_weights: str | None = None, lpips_weights: str | None = None,
-                fid_specs: set | None = None) -> dict:
+                fid_specs: set | None = None, threads: int | None = None) -> dict:
     """All runs (deduplicated), in parallel when jobs > 1. Returns {spec: result}. rFID is computed for the
     runs in ``fid_specs`` (all when None or when the budget says fid_everywhere)."""
     unique = list(dict.fromkeys(specs))
@@ -76,10 +74,13 @@ def ensure_runs(out: Path, specs: list[RunSpec], budget: Budget, data_root: str 
     def fid_for(s):
         return budget.fid_everywhere or fid_specs is None or s in fid_specs
 
+    where = {s: f"[{i}/{len(unique)}] " for i, s in enumerate(unique, 1)}
     if jobs <= 1:
-        return {s: ensure_run(out, s, budget, data_root, fid=fid_for(s), **kwargs) for s in unique}
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+        return {s: ensure_run(out, s, budget, data_root, fid=fid_for(s), threads=threads, position=where[s], **kwargs)
+                for s in unique}
+    threads = threads or max(1, default_num_threads() // jobs)  # the free CPUs, shared by the jobs
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {s: pool.submit(ensure_run, out, s, budget, data_root, threads=threads, fid=fid_for(s), **kwargs)
+        futures = {s: pool.submit(ensure_run, out, s, budget, data_root, threads=threads, fid=fid_for(s),
+                                  position=where[s], **kwargs)
                    for s in unique}
         return {s: f.result() for s, f in futures.items()}

@@ -21,21 +21,22 @@ SUMMARY = "summary.json"
 USAGE_PNG = "code_usage.png"
 
 
-def run_demo(out: Path, *, epochs: int = 12, num_codes: int = 128, device: str = "auto",
+def run_demo(out: Path, *, epochs: int = 12, num_codes: int = 128, device: str = "auto", threads: int | None = None,
              say: Callable[[str], None] = print) -> list[dict]:
-    """Train and evaluate both models; returns the summary rows (also in OUT/summary.json)."""
+    """Train and evaluate both models; returns the summary rows (also in OUT/summary.json). ``threads``: CPU
+    threads (None: VQWAE_THREADS, else the CPUs not already busy, decided when each run starts)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows, counts = [], {}
     for model in MODELS:
         run = out / model
         cfg = TrainConfig.resolve(model=model, dataset="digits", out=str(run), epochs=epochs, num_codes=num_codes,
-                                  device=device)
+                                  device=device, threads=threads)
         say(f"== training {model} ({epochs} epochs, K={num_codes}) -> {run}")
         t0 = time.perf_counter()
         train(cfg, resume=(run / layout.STATE).exists())
         seconds = time.perf_counter() - t0
-        res = evaluate_run(run, split="test", fid=False, lpips=False, device=device, progress=False)
+        res = evaluate_run(run, split="test", fid=False, lpips=False, device=device, progress=False, threads=threads)
         counts[model] = json.loads(layout.code_usage_json(run, "test").read_text())
         rows.append(dict(model=model, test_perplexity=res["perplexity"], codes_used=res["codes_used"],
                          test_mse=res["mse"], test_psnr=res["psnr"], train_seconds=seconds))

@@ -5,11 +5,13 @@
     RUN_DIR/model_config.json          the model's own config (VQAutoencoder.from_pretrained(RUN_DIR))
     RUN_DIR/metrics.jsonl              one JSON object per epoch
     RUN_DIR/state.pt                   resumable training state (vqwae.training.checkpoint)
+    RUN_DIR/run.lock                   held by the process training into RUN_DIR (vqwae.runs.lock)
     RUN_DIR/eval.json                  results of eval / probe / tsne / generation, merged key by key
     RUN_DIR/code_usage_SPLIT.json|png  code histogram of a split (and the learned pi)
     RUN_DIR/reconstructions_SPLIT.png  originals above reconstructions
     RUN_DIR/training_curves.png        metrics.jsonl as curves
     RUN_DIR/tsne.png                   t-SNE of the quantized latents
+    RUN_DIR/tensorboard/               TensorBoard event files (vqwae train --logger tensorboard)
     RUN_DIR/prior/                     the PixelCNN prior (vqwae prior train); prior_cond/, prior_uncond/ beside it
     RUN_DIR/samples/                   images sampled from the prior (vqwae sample)
 """
@@ -31,9 +33,11 @@ MODEL_WEIGHTS = WEIGHTS_NAME  # "model.safetensors": the model folder's files ar
 MODEL_CONFIG = VQAutoencoder.config_name  # "model_config.json"
 METRICS = "metrics.jsonl"
 STATE = "state.pt"
+LOCK = "run.lock"
 EVAL = "eval.json"
 TRAINING_CURVES = "training_curves.png"
 TSNE = "tsne.png"
+TENSORBOARD = "tensorboard"
 SAMPLES = "samples"
 PRIOR = "prior"
 #: Second prior folders, so an unconditional and a class-conditional prior can coexist: {conditional: name}.
@@ -85,7 +89,7 @@ def write_config(run_dir: PathLike, cfg: TrainConfig) -> None:
 
 
 # Options a resumed run may change: its schedule and where it runs; everything else is the run's own.
-RESUME_CHANGEABLE = frozenset({"epochs", "max_steps", "device", "num_workers", "out"})
+RESUME_CHANGEABLE = frozenset({"epochs", "max_steps", "device", "num_workers", "out", "threads", "logger"})
 
 
 def resume_config(run_dir: PathLike, overrides: dict) -> TrainConfig:
@@ -147,7 +151,7 @@ def load_run_split(run_dir: PathLike, split: str, *, limit: int | None = None, d
     cfg = cfg or read_config(run_dir)
     d = cfg.data
     return load_split(d.dataset, data_root or d.data_root, split, limit=limit, download=d.download,
-                      image_size=d.image_size, seed=cfg.run.seed)
+                      image_size=d.image_size, seed=cfg.run.seed, skip_unreadable=d.skip_unreadable)
 
 
 def data_root_of(cfg: TrainConfig, data_root: str | None = None) -> str | None:

@@ -36,6 +36,7 @@ from vqwae.quantizers.stochastic import initial_log_var
 
 MODELS = ("vqwae", "vqvae", "sqvae")
 PRECISIONS = ("fp32", "bf16", "fp16")
+LOGGERS = ("none", "tensorboard")
 #: Version of the config.json layout. 1: flat keys, no "format_version" (every run before 2026-11-23);
 #: 2: the nested sections below.
 FORMAT_VERSION = 2
@@ -80,6 +81,10 @@ class RunOptions:
     seed: int = option(0, "random seed (initialisation, batch order, splits)")
     device: str = option("auto", "auto (CUDA when present) | cpu | cuda | cuda:N")
     precision: str = option("fp32", "autocast precision; quantization always runs in fp32", choices=PRECISIONS)
+    logger: str = option("none", "live curves besides metrics.jsonl: tensorboard (RUN_DIR/tensorboard; "
+                         "pip install 'vqwae[tensorboard]')", choices=LOGGERS)
+    threads: int | None = option(None, "CPU threads on the CPU (env VQWAE_THREADS; None: the CPUs not already "
+                                 "busy when training starts)", min=1)
     preset: str | None = option(None, "the preset applied (recorded for provenance)")
 
     def __post_init__(self):

@@ -15,7 +15,9 @@ metrics.jsonl, and the resumable state (atomically).
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import sys
 import time
 from collections import defaultdict
@@ -33,7 +35,10 @@ from vqwae.metrics.usage import CodeUsage
 from vqwae.models import VQAutoencoder, build_networks
 from vqwae.quantizers import build_quantizer
 from vqwae.runs import layout
+from vqwae.runs.lock import hold_run_folder
+from vqwae.threads import cpu_threads, default_num_threads
 from vqwae.training import checkpoint
+from vqwae.training.logger import build_logger
 from vqwae.training.config import TrainConfig
 
 
@@ -118,13 +123,39 @@ def _check_run_dir(run_dir: Path, resume: bool) -> None:
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = None) -> TrainResult:
-    data, opt, run = cfg.data, cfg.optim, cfg.run
+    """Train into ``cfg.run.out`` (resume: continue the run there), holding the folder's lock throughout.
+
+    Raises RunFolderBusy when another process is writing the folder, FileExistsError when it already holds a
+    run and ``resume`` is False, TrainingDiverged on a non-finite loss."""
+    run = cfg.run
     device = distributed.resolve_device(run.device)
     dist_info = distributed.setup(device)
-    rank, world, main = dist_info.rank, dist_info.world_size, dist_info.is_main
+    world, main = dist_info.world_size, dist_info.is_main
     if device.type == "cuda":
         torch.cuda.set_device(device)
     run_dir = Path(run.out)
+    with contextlib.ExitStack() as scope:
+        # One writer per run folder (rank 0 holds the lock; every rank stops if it could not be taken).
+        scope.enter_context(hold_run_folder(run_dir, is_main=main, distributed=dist_info.enabled, device=device))
+        if device.type == "cpu":
+            scope.enter_context(cpu_threads(_cpu_threads_per_rank(run.threads, world)))
+        result = _train_locked(cfg, run_dir, device, dist_info, scope, resume=resume, progress=progress)
+    distributed.teardown() if dist_info.enabled else None
+    return result
+
+
+def _cpu_threads_per_rank(threads: int | None, world: int) -> int:
+    """--threads (or VQWAE_THREADS), else the CPUs not already busy shared among this node's ranks."""
+    if threads is not None:
+        return threads
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    return max(1, default_num_threads() // max(1, local_world))
+
+
+def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_info, scope: contextlib.ExitStack,
+                  *, resume: bool, progress: bool | None) -> TrainResult:
+    data, opt, run = cfg.data, cfg.optim, cfg.run
+    rank, world, main = dist_info.rank, dist_info.world_size, dist_info.is_main
     _check_run_dir(run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     if main:
@@ -132,7 +163,8 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
 
     # ---- data ------------------------------------------------------------------------------------------
     splits = load_splits(data.dataset, data.data_root, train_limit=data.train_limit, eval_limit=data.eval_limit,
-                         download=data.download, image_size=data.image_size, seed=run.seed)
+                         download=data.download, image_size=data.image_size, seed=run.seed,
+                         skip_unreadable=data.skip_unreadable)
     info = splits.info
     val_idx = list(range(rank, len(splits.val), world))  # each rank validates its own share
     val_loader = DataLoader(splits.val, batch_size=max(opt.batch_size, 256),
@@ -157,10 +189,14 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
         scheduler.load_state_dict(state["scheduler"])
         start_epoch, step, best = state["epoch"], state["step"], state["best_val_mse"]
         checkpoint.set_rng_state(state["rng"])
-        layout.truncate_metrics(run_dir, start_epoch)
     else:
         torch.manual_seed(run.seed + rank)  # per-rank randomness (e.g. SQ-VAE's Gumbel noise)
+    if resume and main:
+        # Lines of epochs after the saved state (or every line, when killed before the first state was
+        # written) are written again by this run.
+        layout.truncate_metrics(run_dir, start_epoch)
     ddp_model = DDP(model, broadcast_buffers=False) if dist_info.enabled else model
+    logger = scope.enter_context(contextlib.closing(build_logger(run.logger, run_dir, main)))
     if progress is None:
         progress = main and sys.stderr.isatty()
 
@@ -194,6 +230,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
             scaler.step(optimizer)
             scaler.update()
             step += 1
+            logger.step(step, {"loss": loss, "recon": recon, **out.losses, "perplexity": out.perplexity})
             b = x.shape[0]
             seen += b
             with torch.no_grad():
@@ -204,7 +241,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
                     sums[name] += value.detach() * b
                 sums["perplexity"] += out.perplexity * b
             if progress:
-                bar.set_postfix(loss=f"{float(loss):.4f}", ppl=f"{float(out.perplexity):.1f}",
+                bar.set_postfix(loss=f"{float(loss.detach()):.4f}", ppl=f"{float(out.perplexity):.1f}",
                                 img_s=f"{seen * world / (time.perf_counter() - t0):.0f}")
             elif main and (i + 1) % 200 == 0:
                 print(f"epoch {epoch + 1} step {i + 1}/{len(batches)} loss {float(sums['loss']) / seen:.5f} "
@@ -232,6 +269,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
                 best = metrics["val/mse"]
                 model.save_pretrained(run_dir)
             layout.append_metrics(run_dir, metrics)
+            logger.epoch(step, metrics)
             checkpoint.save_state(run_dir / layout.STATE, model=model.state_dict(), optimizer=optimizer.state_dict(),
                                   scheduler=scheduler.state_dict(), epoch=epoch + 1, step=step,
                                   best_val_mse=best, config=cfg.to_dict())
@@ -240,6 +278,5 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
                   flush=True)
         else:
             best = min(best, metrics["val/mse"])
-    distributed.teardown() if dist_info.enabled else None
     return TrainResult(run_dir, completed, step, best, last)
 
