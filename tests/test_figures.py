@@ -102,12 +102,16 @@ def test_training_curves(tmp_path):
 
 def test_metric_key_grouping():
     panels = dict(group_metric_keys(["train/loss", "val/loss", "train/ws", "train/kl", "train/mse", "val/mse",
-                                     "val/perplexity", "lr", "seconds"]))
+                                     "val/perplexity", "lr", "seconds", "images_per_second", "step"]))
     assert panels["loss"] == ["train/loss", "val/loss"]
     assert panels["loss term: ws"] == ["train/ws"] and panels["loss term: kl"] == ["train/kl"]
     assert panels["reconstruction MSE"] == ["train/mse", "val/mse"]
     assert panels["codebook perplexity / usage"] == ["val/perplexity"]
-    assert panels["learning rate"] == ["lr"] and panels["other"] == ["seconds"]
+    assert panels["learning rate"] == ["lr"]
+    # quantities of different units each get their own panel; a step counter is an x axis, not a curve
+    assert panels["training time per epoch (s)"] == ["seconds"]
+    assert panels["throughput (images / s)"] == ["images_per_second"]
+    assert not any("step" in keys for keys in panels.values())
     assert list(panels)[0] == "loss"
 
 
@@ -119,3 +123,17 @@ def test_training_curves_without_epoch_key(tmp_path):
     empty.write_text("")
     with pytest.raises(ValueError):
         training_curves(empty, tmp_path / "e.png")
+
+
+def test_side_by_side_usage_scales_each_panel(tmp_path, monkeypatch):
+    """A collapsed codebook's tall bar must not flatten a fully used one: each panel has its own y range."""
+    import vqwae.figures.usage as usage
+
+    figures = []
+    real_save = usage.save_png
+    monkeypatch.setattr(usage, "save_png", lambda fig, path: (figures.append(fig), real_save(fig, path))[1])
+    k = 64
+    counts = {"uniform": np.full(k, 100), "collapsed": np.concatenate([[100 * k], np.zeros(k - 1)])}
+    side_by_side_usage(counts, tmp_path / "side.png")
+    tops = [ax.get_ylim()[1] for ax in figures[0].axes if ax.get_visible()][:2]
+    assert tops[1] > 20 * tops[0]  # the uniform panel is scaled to its own bars

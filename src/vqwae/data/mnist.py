@@ -1,7 +1,9 @@
-"""MNIST: 1x32x32 (the 28x28 digits resized once, in bulk, bilinear + antialias).
+"""MNIST and its drop-in siblings FashionMNIST and KMNIST: 1x32x32 (the 28x28 images resized once, in
+bulk, bilinear + antialias).
 
-Layout: torchvision's, ``ROOT/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte`` (``.gz``
-files are read too); ``ROOT`` may also be the ``MNIST`` folder or the ``raw`` folder itself.
+Layout: torchvision's, ``ROOT/<Folder>/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte`` with
+<Folder> = ``MNIST``, ``FashionMNIST`` or ``KMNIST`` (``.gz`` files are read too); ``ROOT`` may also
+be that folder or its ``raw`` folder.
 Splits: train = the first 50,000 official training images, val = the last 10,000 (in general
 the last ``min(10000, n // 6)``), test = the official 10,000 test images.
 """
@@ -23,12 +25,32 @@ FILES = {
     "test_images": "t10k-images-idx3-ubyte",
     "test_labels": "t10k-labels-idx1-ubyte",
 }
-LAYOUTS = [
-    "ROOT/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (torchvision.datasets.MNIST)",
-    "ROOT/raw/... or ROOT/... with those four files (ROOT = the MNIST or raw folder itself)",
-]
-HOW = ("pass download=True when online (torchvision downloads into ROOT/MNIST/raw), or "
-       "--data-root / root pointing at a folder with that layout (e.g. ../shared/data)")
+
+
+class IdxDataset:
+    """One dataset of the MNIST family: its name, torchvision's folder and class, its layouts and loader."""
+
+    def __init__(self, name: str, folder: str):
+        self.NAME, self.folder = name, folder
+        self.LAYOUTS = [
+            f"ROOT/{folder}/raw/{{train,t10k}}-{{images-idx3,labels-idx1}}-ubyte[.gz] (torchvision.datasets.{folder})",
+            f"ROOT/raw/... or ROOT/... with those four files (ROOT = the {folder} or raw folder itself)",
+        ]
+        self.HOW = (f"pass download=True when online (torchvision downloads into ROOT/{folder}/raw), or "
+                    "--data-root / root pointing at a folder with that layout (e.g. ../shared/data)")
+
+    def load(self, root, *, train_limit=None, eval_limit=None, download=False, image_size=None,
+             seed=0) -> Splits:
+        """Load the splits (see the module docstring)."""
+        return _load(self, root, train_limit=train_limit, eval_limit=eval_limit, download=download,
+                     image_size=image_size)
+
+
+MNIST = IdxDataset("mnist", "MNIST")
+FASHION_MNIST = IdxDataset("fashionmnist", "FashionMNIST")
+KMNIST = IdxDataset("kmnist", "KMNIST")
+FAMILY = (MNIST, FASHION_MNIST, KMNIST)
+LAYOUTS, HOW, load = MNIST.LAYOUTS, MNIST.HOW, MNIST.load
 
 
 def _find(path: Path, stem: str) -> Path | None:
@@ -38,15 +60,15 @@ def _find(path: Path, stem: str) -> Path | None:
     return None
 
 
-def _raw_dir(root: Path) -> Path | None:
+def _raw_dir(root: Path, folder: str = "MNIST") -> Path | None:
     """The folder holding the four IDX files, or None."""
-    for cand in (root / "MNIST" / "raw", root / "raw", root):
+    for cand in (root / folder / "raw", root / "raw", root):
         if all(_find(cand, s) for s in FILES.values()):
             return cand
     return None
 
 
-def read_idx(path: Path) -> torch.Tensor:
+def read_idx(path: Path, ds: IdxDataset = MNIST) -> torch.Tensor:
     """Read an IDX (ubyte) file, optionally gzipped, into a uint8 tensor."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
@@ -62,34 +84,33 @@ def read_idx(path: Path) -> torch.Tensor:
             raise ValueError(f"size mismatch: header says {dims}, file has {len(data) - offset} bytes")
         arr = np.frombuffer(data, dtype=np.uint8, offset=offset).reshape(dims)
     except (OSError, ValueError, EOFError) as e:
-        raise not_found(NAME, path.parent, LAYOUTS, HOW, f"unreadable file {path}: {e}") from e
+        raise not_found(ds.NAME, path.parent, ds.LAYOUTS, ds.HOW, f"unreadable file {path}: {e}") from e
     return torch.from_numpy(arr.copy())
 
 
-def load(root, *, train_limit=None, eval_limit=None, download=False, image_size=None,
-         seed=0) -> Splits:
-    """Load MNIST splits (see the module docstring)."""
+def _load(ds: IdxDataset, root, *, train_limit=None, eval_limit=None, download=False,
+          image_size=None) -> Splits:
     size = int(image_size or 32)
     root = Path(root).expanduser()
-    raw = _raw_dir(root)
+    raw = _raw_dir(root, ds.folder)
     if raw is None and download:
-        from torchvision.datasets import MNIST
+        import torchvision.datasets
 
         try:
             for train in (True, False):
-                MNIST(str(root), train=train, download=True)
+                getattr(torchvision.datasets, ds.folder)(str(root), train=train, download=True)
         except Exception as e:
-            raise not_found(NAME, root, LAYOUTS, HOW, f"download failed: {e}") from e
-        raw = _raw_dir(root)
+            raise not_found(ds.NAME, root, ds.LAYOUTS, ds.HOW, f"download failed: {e}") from e
+        raw = _raw_dir(root, ds.folder)
     if raw is None:
-        missing = [s for s in FILES.values() if not _find(root / "MNIST" / "raw", s)]
-        raise not_found(NAME, root / "MNIST" / "raw", LAYOUTS, HOW, f"missing {missing}")
+        missing = [s for s in FILES.values() if not _find(root / ds.folder / "raw", s)]
+        raise not_found(ds.NAME, root / ds.folder / "raw", ds.LAYOUTS, ds.HOW, f"missing {missing}")
 
-    tr_x, tr_y = read_idx(_find(raw, FILES["train_images"])), read_idx(_find(raw, FILES["train_labels"]))
-    te_x, te_y = read_idx(_find(raw, FILES["test_images"])), read_idx(_find(raw, FILES["test_labels"]))
+    tr_x, tr_y = read_idx(_find(raw, FILES["train_images"]), ds), read_idx(_find(raw, FILES["train_labels"]), ds)
+    te_x, te_y = read_idx(_find(raw, FILES["test_images"]), ds), read_idx(_find(raw, FILES["test_labels"]), ds)
     for x, y, what in ((tr_x, tr_y, "train"), (te_x, te_y, "test")):
         if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
-            raise not_found(NAME, raw, LAYOUTS, HOW,
+            raise not_found(ds.NAME, raw, ds.LAYOUTS, ds.HOW,
                             f"{what} images {tuple(x.shape)} and labels {tuple(y.shape)} disagree")
 
     n_val = min(10000, tr_x.shape[0] // 6)
@@ -103,5 +124,5 @@ def load(root, *, train_limit=None, eval_limit=None, download=False, image_size=
         train=make(tr_x[:k_tr], tr_y[:k_tr]),
         val=make(tr_x[n_tr:n_tr + k_val], tr_y[n_tr:n_tr + k_val]),
         test=make(te_x[:k_te], te_y[:k_te]),
-        info=DatasetInfo(NAME, channels=1, image_size=size, num_classes=10),
+        info=DatasetInfo(ds.NAME, channels=1, image_size=size, num_classes=10),
     )

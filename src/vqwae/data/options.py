@@ -9,7 +9,7 @@ from vqwae.options import check_fields, option
 
 @dataclass(frozen=True)
 class DataOptions:
-    dataset: str = option("mnist", "mnist | cifar10 | svhn | celeba | imagefolder | digits "
+    dataset: str = option("mnist", "mnist | fashionmnist | kmnist | cifar10 | svhn | celeba | imagefolder | digits "
                           "(vqwae.data.DATASETS)")
     data_root: str | None = option(None, "local copy of the dataset, e.g. ../shared/data (None: torchvision's "
                                    "default, with --download)")

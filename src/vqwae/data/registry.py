@@ -19,8 +19,8 @@ __all__ = ["DATASETS", "load_splits", "load_split", "register_dataset", "LOADERS
 
 Loader = Callable[..., Splits]
 
-_MODULES = {"mnist": mnist, "cifar10": cifar10, "svhn": svhn, "celeba": celeba,
-            "imagefolder": imagefolder, "digits": digits}
+_MODULES = {"mnist": mnist.MNIST, "fashionmnist": mnist.FASHION_MNIST, "kmnist": mnist.KMNIST, "cifar10": cifar10,
+            "svhn": svhn, "celeba": celeba, "imagefolder": imagefolder, "digits": digits}
 LOADERS: dict[str, Loader] = {name: m.load for name, m in _MODULES.items()}
 #: The valid dataset names (``load_splits`` also accepts them in any case, with ``-`` / ``_``).
 #: A list updated in place by :func:`register_dataset`, so every importer sees additions.

@@ -35,10 +35,13 @@ def _is_number(v) -> bool:
 
 
 def group_metric_keys(keys: Iterable[str]) -> list[tuple[str, list[str]]]:
-    """Panels ``[(title, keys)]``: one per loss term, then MSE, perplexity / codes used, lr, other."""
+    """Panels ``[(title, keys)]``: one per loss term, then MSE, perplexity / codes used, lr, and one panel per
+    remaining key (epoch seconds, images/s, ...: their units differ). Step counters are x axes, not panels."""
     losses, mse, ppl, lr, other = [], [], [], [], []
     for k in sorted(keys):
         name = k.rsplit("/", 1)[-1].lower()
+        if k in _X_KEYS:
+            continue
         if name in ("lr", "learning_rate") or name.startswith("lr_"):
             lr.append(k)
         elif "perplexity" in name or "codes_used" in name or "usage" in name:
@@ -61,9 +64,11 @@ def group_metric_keys(keys: Iterable[str]) -> list[tuple[str, list[str]]]:
         panels.append(("codebook perplexity / usage", ppl))
     if lr:
         panels.append(("learning rate", lr))
-    if other:
-        panels.append(("other", other))
+    panels += [(_OTHER_TITLES.get(k, k), [k]) for k in other]
     return panels
+
+
+_OTHER_TITLES = {"seconds": "training time per epoch (s)", "images_per_second": "throughput (images / s)"}
 
 
 def training_curves(metrics_jsonl_path: PathLike, path: PathLike, *, title: str | None = None, ncols: int = 3) -> Path:
@@ -105,7 +110,9 @@ def training_curves(metrics_jsonl_path: PathLike, path: PathLike, *, title: str 
             ax.set_yscale("log")
         ax.set_title(panel_title, fontsize=10)
         ax.set_xlabel(xkey or "log line")
-        ax.set_ylabel({"learning rate": "lr", "reconstruction MSE": "MSE", "codebook perplexity / usage": "perplexity"}.get(panel_title, "value"))
+        ax.set_ylabel({"learning rate": "lr", "reconstruction MSE": "MSE", "codebook perplexity / usage": "perplexity",
+                       _OTHER_TITLES["seconds"]: "seconds", _OTHER_TITLES["images_per_second"]: "images / s"}
+                      .get(panel_title, "value"))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     for j in range(len(panels), nrows * ncols):

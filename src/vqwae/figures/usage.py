@@ -79,7 +79,8 @@ def side_by_side_usage(
     title: str | None = "Code usage by model",
     ncols: int | None = None,
 ) -> Path:
-    """One usage panel per model (same y scale), sorted by usage by default for comparing shapes."""
+    """One usage panel per model, sorted by usage by default for comparing shapes. Each panel has its own y
+    scale: a collapsed codebook's one tall bar would flatten a fully used one to a line on a shared scale."""
     if not counts_by_model:
         raise ValueError("no models to plot")
     names = list(counts_by_model)
@@ -87,16 +88,13 @@ def side_by_side_usage(
     ncols = ncols or (n if n <= 3 else math.ceil(math.sqrt(n)))
     nrows = math.ceil(n / ncols)
     fig = new_figure(4.6 * ncols, 3.4 * nrows + 0.5)
-    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=True)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:cyan"]
-    top = 0.0
     for i, name in enumerate(names):
         ax = axes[i // ncols][i % ncols]
-        ppl, used, k, t = _draw(ax, counts_by_model[name], sort=sort, color=colors[i % len(colors)], show_legend=(i == 0))
-        top = max(top, t)
+        ppl, used, k, top = _draw(ax, counts_by_model[name], sort=sort, color=colors[i % len(colors)], show_legend=(i == 0))
+        ax.set_ylim(0, 1.08 * top)
         ax.set_title(f"{name}\nperplexity {ppl:.1f}, used {used}/{k}", fontsize=10)
-        ax.yaxis.set_tick_params(labelleft=True)
-    axes[0][0].set_ylim(0, 1.08 * top)  # shared y: one scale for all models
     for j in range(n, nrows * ncols):
         axes[j // ncols][j % ncols].set_visible(False)
     if title:

@@ -56,8 +56,10 @@ class KantorovichPotential(nn.Module):
         return torch.einsum("gkh,gh->gk", h, self.w2) + self.b2.unsqueeze(1)
 
     @torch.no_grad()
-    def ascend(self, cost: torch.Tensor, log_pi: torch.Tensor, codebook: torch.Tensor, eps, iterations: int) -> None:
-        """``iterations`` Adam steps maximising sum_g S^g with the cost, pi and codebook held fixed."""
+    def ascend(self, cost: torch.Tensor, log_pi: torch.Tensor, codebook: torch.Tensor, eps, iterations: int,
+               reduce=None) -> None:
+        """``iterations`` Adam steps maximising sum_g S^g with the cost, pi and codebook held fixed. ``reduce``
+        averages the gradients over DDP ranks (each has its own batch), so every rank keeps the same network."""
         cost, log_pi, codebook = cost.detach(), log_pi.detach(), codebook.detach()
         params = self._potential_params()
         b1, b2 = self.betas
@@ -67,6 +69,9 @@ class KantorovichPotential(nn.Module):
                     p.requires_grad_(True)
                 objective = semi_dual(cost, log_pi, self(codebook), eps).sum()
                 grads = torch.autograd.grad(objective, [p for _, p in params])
+            if reduce is not None:  # one all-reduce of all the gradients, packed
+                packed = reduce(torch.cat([g.reshape(-1) for g in grads]))
+                grads = [t.view_as(g) for t, g in zip(packed.split([g.numel() for g in grads]), grads)]
                 for _, p in params:
                     p.requires_grad_(False)
             self.adam_step += 1
@@ -93,7 +98,7 @@ class DualSolver(Solver):
         cost = squared_distances(x, codebook)  # (G, N, K), differentiable
         eps = self.epsilon * cost.detach().mean()
         if update:
-            self.phi.ascend(cost, log_pi, codebook, eps, self.iterations)
+            self.phi.ascend(cost, log_pi, codebook, eps, self.iterations, reduce=self.all_reduce_mean)
         phi = self.phi(codebook)
         plan = None
         if want_plan:  # the semi-dual's primal plan: P_ik = softmax_k(log pi_k + (phi_k - C_ik) / eps) / N

@@ -92,8 +92,8 @@ class SinkhornSolver(Solver):
             init = self.potential if self.warm_start else None
             res = sinkhorn_log(cost, log_pi, eps, max_iter=self.iterations, tol=self.tol, init_g=init)
             plan, v = res.plan, res.g - res.g.mean(-1, keepdim=True)
-            if update and self.warm_start:
-                self.potential.copy_(res.g)
+            if update and self.warm_start:  # the ranks' mean under DDP: every rank warm-starts alike
+                self.potential.copy_(self.all_reduce_mean(res.g.clone()))
         return Transport(value=plan_value(plan, v, x, codebook, log_pi), x=x.detach(), plan=plan)
 
     @torch.no_grad()
