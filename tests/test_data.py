@@ -59,7 +59,7 @@ def close(a, b, tol=6):
 # ---------------------------------------------------------------- registry & errors
 
 def test_dataset_names_and_unknown_name():
-    assert set(DATASETS) == {"mnist", "cifar10", "svhn", "celeba", "imagefolder", "digits"}
+    assert set(DATASETS) == {"mnist", "fashionmnist", "kmnist", "cifar10", "svhn", "celeba", "imagefolder", "digits"}
     with pytest.raises(ValueError) as e:
         load_splits("cifar100", "/nowhere")
     for name in DATASETS:
@@ -161,6 +161,25 @@ def test_mnist_tiny_idx_files(tmp_path):
     (raw / "t10k-images-idx3-ubyte").write_bytes(b"garbage")
     with pytest.raises(DatasetNotFoundError, match="t10k-images-idx3-ubyte"):
         load_splits("mnist", tmp_path)
+
+
+
+@pytest.mark.parametrize("name, folder", [("fashion-mnist", "FashionMNIST"), ("KMNIST", "KMNIST")])
+def test_mnist_siblings_in_torchvision_layouts(tmp_path, name, folder):
+    raw = tmp_path / folder / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    tr_x, te_x = rng.integers(0, 256, (12, 28, 28)), rng.integers(0, 256, (4, 28, 28))
+    write_idx(raw / "train-images-idx3-ubyte", tr_x, gz=True)
+    write_idx(raw / "train-labels-idx1-ubyte", np.arange(12) % 10, gz=True)
+    write_idx(raw / "t10k-images-idx3-ubyte", te_x)
+    write_idx(raw / "t10k-labels-idx1-ubyte", np.arange(4))
+    s = load_splits(name, tmp_path, image_size=28)  # ROOT holds <Folder>/raw, as torchvision writes it
+    assert [len(d) for d in s] == [10, 2, 4]
+    assert s.info.name == folder.lower() and s.info.channels == 1 and s.info.num_classes == 10
+    assert torch.equal(s.test.images[:, 0], torch.as_tensor(te_x, dtype=torch.uint8))
+    with pytest.raises(DatasetNotFoundError, match=f"{folder}/raw"):
+        load_splits(name, tmp_path / "MNIST")  # a sibling's files are not taken for another's
 
 
 # ---------------------------------------------------------------- CIFAR-10

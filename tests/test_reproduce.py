@@ -1,6 +1,7 @@
 """`vqwae reproduce --experiment all --budget smoke` end to end (embedded digits; real metric weights when
 ../shared is present), the run cache, and the report beside the paper's numbers."""
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -61,8 +62,8 @@ def test_smoke_runs_every_experiment_and_writes_the_report(smoke):
 def test_rerun_reuses_finished_runs(smoke):
     _, first, second = smoke
     assert second.exit_code == 0, second.output
-    assert "[reproduce] training" in first.output
-    assert "[reproduce] training" not in second.output and "[reproduce] evaluating" not in second.output
+    assert re.search(r"\[reproduce\] \[1/\d+\] training", first.output)  # progress: which run of how many
+    assert " training " not in second.output and " evaluating " not in second.output
 
 
 def test_unknown_experiment_and_budget_are_rejected(tmp_path):

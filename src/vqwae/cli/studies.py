@@ -42,7 +42,7 @@ def probe_command(
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     q, c = res["quantized"], res["continuous"]
-    typer.echo(f"linear probe, {merged.get('dataset', '')}: {merged['probe_num_train']} train / "
+    typer.echo(f"linear probe, {layout.read_config(run_dir).data.dataset}: {merged['probe_num_train']} train / "
                f"{merged['probe_num_test']} test images")
     typer.echo(f"  {'features':<12} {'dim':>6} {'train acc':>10} {'test acc':>10}")
     for name, r in (("quantized", q), ("continuous", c)):

@@ -2,6 +2,7 @@
 --preset fill in the rest. Precedence: defaults < --preset < --config < flags."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -35,5 +36,6 @@ def train_command(
         result = train(cfg, resume=resume)
     except (TrainingDiverged, RunFolderBusy, ValueError, FileNotFoundError, FileExistsError) as e:
         fail(str(e))
-    typer.echo(f"done: {result.epochs_completed} epochs, {result.steps} steps, best val MSE {result.best_val_mse:.6f} "
-               f"-> {result.run_dir}")
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one line for the run, not one per rank
+        typer.echo(f"done: {result.epochs_completed} epochs, {result.steps} steps, best val MSE {result.best_val_mse:.6f} "
+                   f"-> {result.run_dir}")

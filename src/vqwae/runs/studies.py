@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from pathlib import Path
 
 from torch.utils.data import DataLoader
@@ -13,7 +14,7 @@ from vqwae.runs import layout
 
 
 def probe_run(run_dir: str | os.PathLike, *, limit: int | None = None, device="cpu", batch_size: int = 256,
-              data_root: str | None = None) -> tuple[dict, dict]:
+              data_root: str | None = None, progress: bool = True) -> tuple[dict, dict]:
     """Linear probe on the frozen quantized latents and on the continuous encoder output, trained on the first
     ``limit`` training images, accuracy on the first ``limit`` test images. Returns (eval.json, probe results)."""
     cfg = layout.read_config(run_dir)
@@ -25,7 +26,7 @@ def probe_run(run_dir: str | os.PathLike, *, limit: int | None = None, device="c
         raise ValueError("the train or test split is empty")
     model = layout.load_model(run_dir, device)
     res = probe_autoencoder(model, DataLoader(train, batch_size=batch_size), DataLoader(test, batch_size=batch_size),
-                            device, num_classes=info.num_classes)
+                            device, num_classes=info.num_classes, progress=progress)
     q, c = res["quantized"], res["continuous"]
     merged = layout.update_eval(run_dir, {
         "probe_accuracy": q.test_accuracy, "probe_accuracy_continuous": c.test_accuracy,
@@ -36,7 +37,8 @@ def probe_run(run_dir: str | os.PathLike, *, limit: int | None = None, device="c
 
 
 def tsne_run(run_dir: str | os.PathLike, *, n: int = 2000, out_png: str | os.PathLike | None = None, device="cpu",
-             batch_size: int = 256, perplexity: float = 30.0, seed: int = 0, data_root: str | None = None) -> dict:
+             batch_size: int = 256, perplexity: float = 30.0, seed: int = 0, data_root: str | None = None,
+             progress: bool = True) -> dict:
     """t-SNE of the flattened quantized latents of the first n test images coloured by class; the silhouette
     of the classes in the embedding into eval.json (null when undefined)."""
     cfg = layout.read_config(run_dir)
@@ -46,7 +48,11 @@ def tsne_run(run_dir: str | os.PathLike, *, n: int = 2000, out_png: str | os.Pat
     if len(test) < 3:
         raise ValueError(f"the test split has only {len(test)} images; t-SNE needs at least 3")
     model = layout.load_model(run_dir, device)
-    feats, labels = extract_features(model, DataLoader(test, batch_size=batch_size), device, kinds=("quantized",))
+    feats, labels = extract_features(model, DataLoader(test, batch_size=batch_size), device, kinds=("quantized",),
+                                     progress="t-SNE: encoding test images" if progress else None)
+    if progress:
+        print(f"t-SNE: embedding {len(test)} points of dimension {feats['quantized'].shape[1]} (scikit-learn)...",
+              file=sys.stderr, flush=True)
     png = Path(out_png) if out_png else Path(run_dir) / layout.TSNE
     res = tsne_plot(feats["quantized"], labels, out_png=png, perplexity=perplexity, seed=seed,
                     title=f"{Path(run_dir).name} ({cfg.model}, {cfg.data.dataset}): quantized latents, {len(test)} test images",

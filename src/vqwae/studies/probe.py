@@ -17,11 +17,14 @@ give 50k x 4096 float32 features, about 0.8 GB per kind.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from vqwae.progress import progress_bar
 
 FEATURE_KINDS = ("quantized", "continuous")
 
@@ -84,12 +87,14 @@ def linear_probe(
     standardize: bool = True,
     seed: int = 0,
     device: str | torch.device = "cpu",
+    progress: str | None = None,
 ) -> ProbeResult:
     """Train one linear layer on (N, F) train features, report train and test accuracy.
 
     optimizer: "lbfgs" (full batch, ``max_iter`` iterations at most) or "adam" (``epochs`` of minibatches
     of ``batch_size`` at learning rate ``lr``). weight_decay: L2 penalty 0.5 * wd * ||W||^2 on the weights
     (not the bias) added to the mean cross-entropy. Features of any trailing shape are flattened.
+    progress: a label for a progress bar of the optimiser's iterations on stderr (None: silent).
     """
     device = torch.device(device)
     xtr = torch.as_tensor(train_features).flatten(1).float()
@@ -117,6 +122,8 @@ def linear_probe(
         return loss, loss + 0.5 * weight_decay * layer.weight.pow(2).sum()
 
     iterations = 0
+    total = max_iter if optimizer == "lbfgs" else epochs * math.ceil(xtr.shape[0] / batch_size)
+    bar = progress_bar(total=total, desc=progress)
     if optimizer == "lbfgs":
         opt = torch.optim.LBFGS(layer.parameters(), lr=1.0, max_iter=max_iter, history_size=20,
                                 tolerance_grad=1e-6, tolerance_change=1e-9, line_search_fn="strong_wolfe")
@@ -124,6 +131,7 @@ def linear_probe(
         def closure():
             nonlocal iterations
             iterations += 1
+            bar.update()
             opt.zero_grad()
             _, total = objective(xtr, ytr)
             total.backward()
@@ -142,9 +150,11 @@ def linear_probe(
                 total.backward()
                 opt.step()
                 iterations += 1
+                bar.update()
     else:
         raise ValueError(f"unknown optimizer {optimizer!r}; valid: 'lbfgs', 'adam'")
 
+    bar.close()
     with torch.no_grad():
         train_loss = float(F.cross_entropy(layer(xtr), ytr))
     return ProbeResult(
@@ -167,11 +177,13 @@ def extract_features(
     device: str | torch.device = "cpu",
     *,
     kinds: tuple[str, ...] = FEATURE_KINDS,
+    progress: str | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Flattened features of a frozen autoencoder over a loader of (images, labels).
 
     Returns ({kind: (N, D*h*w) float32 on the CPU}, labels (N,) long). ``kinds`` is a subset of
-    ("quantized", "continuous"). The model is put in eval mode for the pass and restored afterwards."""
+    ("quantized", "continuous"). The model is put in eval mode for the pass and restored afterwards.
+    ``progress``: a label for a progress bar over the batches on stderr (None: silent)."""
     for k in kinds:
         if k not in FEATURE_KINDS:
             raise ValueError(f"unknown feature kind {k!r}; valid: {FEATURE_KINDS}")
@@ -180,7 +192,7 @@ def extract_features(
     feats: dict[str, list[torch.Tensor]] = {k: [] for k in kinds}
     labels = []
     try:
-        for batch in loader:
+        for batch in progress_bar(loader, desc=progress, unit="batch"):
             x = batch[0].to(device)
             if "quantized" in kinds:
                 _, out = model(x)
@@ -202,11 +214,17 @@ def probe_autoencoder(
     device: str | torch.device = "cpu",
     *,
     kinds: tuple[str, ...] = FEATURE_KINDS,
+    progress: bool = False,
     **probe_kwargs,
 ) -> dict[str, ProbeResult]:
     """Linear-probe a frozen autoencoder on each feature kind; returns {kind: ProbeResult}.
 
-    ``probe_kwargs`` go to :func:`linear_probe` (``device`` is shared with feature extraction)."""
-    ftr, ytr = extract_features(model, train_loader, device, kinds=kinds)
-    fte, yte = extract_features(model, test_loader, device, kinds=kinds)
-    return {k: linear_probe(ftr[k], ytr, fte[k], yte, device=device, **probe_kwargs) for k in kinds}
+    ``probe_kwargs`` go to :func:`linear_probe` (``device`` is shared with feature extraction). ``progress``:
+    progress bars for each stage (encoding the train and test images, fitting each probe) on stderr."""
+    ftr, ytr = extract_features(model, train_loader, device, kinds=kinds,
+                                progress="probe: encoding train images" if progress else None)
+    fte, yte = extract_features(model, test_loader, device, kinds=kinds,
+                                progress="probe: encoding test images" if progress else None)
+    return {k: linear_probe(ftr[k], ytr, fte[k], yte, device=device,
+                            progress=f"probe: fitting on {k} features" if progress else None, **probe_kwargs)
+            for k in kinds}

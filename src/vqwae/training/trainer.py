@@ -16,6 +16,8 @@ metrics.jsonl, and the resumable state (atomically).
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import math
 import os
 import sys
@@ -113,6 +115,24 @@ def _autocast_factory(precision: str, device: torch.device):
     return lambda: torch.autocast(device.type, dtype=dtype)
 
 
+def _wrap_ddp(model: VQAutoencoder) -> DDP:
+    """DDP without buffer broadcasts in the forward: the quantizer keeps its buffers identical on every rank
+    itself (its statistics are all-reduced), and rank 0's would overwrite them. Gradients are views of DDP's
+    buckets (no copy). A 1-channel input's first convolution gets its weight gradient from the backward with
+    other (equivalent) strides than the weight's, which DDP reports as a layout mismatch on every step: the hook
+    hands DDP that gradient in the weight's own layout."""
+    for p in model.parameters():
+        if p.requires_grad:
+            p.register_hook(functools.partial(_in_layout_of, p))
+    if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters:  # torch >= 2.12 renamed it
+        return DDP(model, forward_sync_buffers=False, gradient_as_bucket_view=True)
+    return DDP(model, broadcast_buffers=False, gradient_as_bucket_view=True)
+
+
+def _in_layout_of(param: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    return grad if grad.stride() == param.stride() else torch.empty_like(param).copy_(grad)
+
+
 def _check_run_dir(run_dir: Path, resume: bool) -> None:
     existing = layout.existing_run_files(run_dir)
     if existing and not resume:
@@ -158,8 +178,6 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
     rank, world, main = dist_info.rank, dist_info.world_size, dist_info.is_main
     _check_run_dir(run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if main:
-        layout.write_config(run_dir, cfg)
 
     # ---- data ------------------------------------------------------------------------------------------
     splits = load_splits(data.dataset, data.data_root, train_limit=data.train_limit, eval_limit=data.eval_limit,
@@ -191,11 +209,13 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
         checkpoint.set_rng_state(state["rng"])
     else:
         torch.manual_seed(run.seed + rank)  # per-rank randomness (e.g. SQ-VAE's Gumbel noise)
+    if main:  # only once the data, the model and any saved state have loaded: a failed start changes nothing
+        layout.write_config(run_dir, cfg)
     if resume and main:
         # Lines of epochs after the saved state (or every line, when killed before the first state was
         # written) are written again by this run.
         layout.truncate_metrics(run_dir, start_epoch)
-    ddp_model = DDP(model, broadcast_buffers=False) if dist_info.enabled else model
+    ddp_model = _wrap_ddp(model) if dist_info.enabled else model
     logger = scope.enter_context(contextlib.closing(build_logger(run.logger, run_dir, main)))
     if progress is None:
         progress = main and sys.stderr.isatty()

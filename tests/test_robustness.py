@@ -1,0 +1,310 @@
+"""Nothing a user does corrupts a run or ends in a traceback.
+
+Every bad input below is tried against a trained run folder, as a new user would: each must stop with one
+line "error: ..." naming the problem (exit status 2), and no file of the existing run may change (checked
+by checksums of every file in it). Then the cases that must *work*: a second trainer is turned away while the
+first finishes intact, a stale lock is taken over, a kill during the first state write leaves no duplicate
+metrics, a crafted state.pt is refused without running its code.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from typer.testing import CliRunner
+
+from vqwae.cli.main import app
+from vqwae.models import NetworkConfig, VQAutoencoder
+from vqwae.quantizers import WassersteinQuantizer
+from vqwae.runs import layout
+from vqwae.runs.lock import RunFolderBusy, RunLock
+from vqwae.training import TrainConfig, checkpoint, train
+
+TINY = ["--dataset", "digits", "--train-limit", "64", "--eval-limit", "32", "--num-codes", "16", "--device", "cpu"]
+
+
+def checksums(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("robust") / "run"
+    train(TrainConfig.resolve(out=str(out), epochs=1, dataset="digits", train_limit=64, eval_limit=32, num_codes=16,
+                              device="cpu"))
+    return out
+
+
+def one_line_error(result, *needles: str) -> str:
+    """The command failed with exit status 2 and exactly one line on stderr, "error: ...", holding every needle."""
+    err = result.stderr.strip()
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    assert "Traceback" not in result.output and "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+def invoke(args, env=None):
+    return CliRunner().invoke(app, [str(a) for a in args], env=env)
+
+
+def _yaml(tmp: Path, text: str) -> Path:
+    p = tmp / f"c{abs(hash(text))}.yaml"
+    p.write_text(text)
+    return p
+
+
+# (arguments given the run folder and a scratch folder, words the error must hold)
+CASES = {
+    "fresh train into an existing run": (lambda r, t: ["train", "--out", r, *TINY], ["already holds a run"]),
+    "resume a folder with no run": (lambda r, t: ["train", "--out", t / "typo_run", "--resume"], ["no run to continue"]),
+    "train limit 0": (lambda r, t: ["train", "--out", t / "a", *TINY, "--train-limit", "0"], ["train_limit", ">= 1"]),
+    "max steps 0": (lambda r, t: ["train", "--out", t / "a", *TINY, "--max-steps", "0"], ["max_steps"]),
+    "max steps -3": (lambda r, t: ["train", "--out", t / "a", *TINY, "--max-steps", "-3"], ["max_steps"]),
+    "negative ws weight": (lambda r, t: ["train", "--out", t / "a", *TINY, "--ws-weight", "-1"], ["ws_weight"]),
+    "eval limit 0": (lambda r, t: ["train", "--out", t / "a", *TINY, "--eval-limit", "0"], ["eval_limit"]),
+    "config: epochs ten": (lambda r, t: ["train", "--out", t / "a", *TINY, "--config", _yaml(t, "epochs: ten\n")],
+                           ["epochs", "ten"]),
+    "config: batch size 32.5": (lambda r, t: ["train", "--out", t / "a", *TINY, "--config",
+                                              _yaml(t, "batch_size: 32.5\n")], ["batch_size", "32.5"]),
+    "config: unknown key": (lambda r, t: ["train", "--out", t / "a", *TINY, "--config", _yaml(t, "epoch: 3\n")],
+                            ["epoch"]),
+    "train --device foo": (lambda r, t: ["train", "--out", t / "a", *TINY[:-2], "--device", "foo"], ["foo"]),
+    "resume with another model": (lambda r, t: ["train", "--out", r, "--resume", "--model", "vqvae"], ["model"]),
+    "eval --device foo": (lambda r, t: ["eval", r, "--device", "foo"], ["--device", "foo"]),
+    "eval --split foo": (lambda r, t: ["eval", r, "--split", "foo"], ["split", "foo"]),
+    "eval --limit 0": (lambda r, t: ["eval", r, "--limit", "0"], ["--limit"]),
+    "eval a folder that is no run": (lambda r, t: ["eval", t], ["not a trained run folder"]),
+    "probe --device foo": (lambda r, t: ["probe", r, "--device", "foo"], ["foo"]),
+    "tsne --n 1": (lambda r, t: ["tsne", r, "--n", "1"], ["--n"]),
+    "prior train --threads 0": (lambda r, t: ["prior", "train", r, "--threads", "0"], ["--threads"]),
+    "sample without a prior": (lambda r, t: ["sample", r, "--n", "4", "--device", "cpu"], ["prior"]),
+    "demo --device foo": (lambda r, t: ["demo", "--out", t / "demo", "--device", "foo"], ["foo"]),
+    "reproduce --threads 0": (lambda r, t: ["reproduce", "--out", t / "rep", "--threads", "0"], ["--threads"]),
+    "reproduce unknown budget": (lambda r, t: ["reproduce", "--out", t / "rep", "--budget", "huge"], ["huge"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_and_changes_no_run(run, tmp_path, case):
+    build, needles = CASES[case]
+    before = checksums(run)
+    one_line_error(invoke(build(run, tmp_path)), *needles)
+    assert checksums(run) == before
+
+
+def test_bad_thread_count_in_the_environment(run, tmp_path):
+    before = checksums(run)
+    one_line_error(invoke(["train", "--out", tmp_path / "a", *TINY], env={"VQWAE_THREADS": "abc"}), "VQWAE_THREADS")
+    assert checksums(run) == before
+
+
+def test_eval_on_weights_that_do_not_fit_the_config(run, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(run, bad)
+    cfg = json.loads((bad / layout.MODEL_CONFIG).read_text())
+    cfg["quantizer"]["num_codes"] = 32  # the weights hold 16 codes
+    (bad / layout.MODEL_CONFIG).write_text(json.dumps(cfg))
+    before = checksums(bad)
+    one_line_error(invoke(["eval", bad, "--no-fid", "--no-lpips"]), "size mismatch", "quantizer.embedding")
+    assert checksums(bad) == before
+
+
+def _image_folder(root: Path) -> Path:
+    rng = np.random.default_rng(0)
+    root.mkdir()
+    for i in range(24):
+        Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(root / f"img{i:02d}.jpg")
+    (root / "img03.jpg").write_text("this is not an image")  # a text file with an image's name
+    (root / "img05.jpg").write_bytes(b"")  # an empty file
+    data = (root / "img07.jpg").read_bytes()
+    (root / "img07.jpg").write_bytes(data[: len(data) // 3])  # truncated
+    return root
+
+
+def test_unreadable_images_name_the_file_or_are_skipped_with_a_count(tmp_path):
+    images = _image_folder(tmp_path / "images")
+    args = ["train", "--dataset", "imagefolder", "--data-root", images, "--max-steps", "1", "--image-size", "32",
+            "--num-codes", "8", "--device", "cpu"]
+    one_line_error(invoke([*args, "--out", tmp_path / "r1"]), "img03.jpg", "--skip-unreadable")
+    r = invoke([*args, "--out", tmp_path / "r2", "--skip-unreadable"])
+    assert r.exit_code == 0, r.output
+    assert "skipped 3 unreadable image file(s)" in r.stderr
+    one_line_error(invoke(["train", "--out", tmp_path / "r3", *TINY, "--skip-unreadable"]), "imagefolder")
+
+
+def test_api_errors_name_the_problem():
+    q = WassersteinQuantizer(num_codes=16, dim=8, num_positions=4)
+    with pytest.raises(ValueError, match="empty"):
+        q(torch.zeros(0, 8, 2, 2))
+    with pytest.raises(TypeError, match="floating point, got torch.int64"):
+        q(torch.zeros(2, 8, 2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="NaN"):
+        q.set_pi(torch.full((16,), float("nan")))
+    with pytest.raises(ValueError, match="positive sum"):
+        q.set_pi(torch.zeros(16))
+    before = q.pi.clone()
+    with pytest.raises(ValueError, match=r"\(4, 16\)"):
+        q.set_pi(torch.ones(3, 16))
+    assert torch.equal(q.pi, before)  # a refused pi leaves pi as it was
+    model = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", num_codes=16)
+    with pytest.raises(TypeError, match=r"uint8.*x.float\(\) / 255"):
+        model(torch.zeros(2, 1, 32, 32, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="3 channels but the network takes 1"):
+        model(torch.zeros(2, 3, 32, 32))
+
+
+# ---- one writer per run folder ------------------------------------------------------------------------
+def test_a_held_folder_turns_a_second_trainer_away(run, tmp_path):
+    before = checksums(run)
+    with RunLock(run):
+        line = one_line_error(invoke(["train", "--out", run, "--resume", "--epochs", "2"]), f"pid {os.getpid()}")
+        with pytest.raises(RunFolderBusy):
+            RunLock(run).acquire()
+    assert "being written by" in line
+    after = checksums(run)
+    after.pop(layout.LOCK, None), before.pop(layout.LOCK, None)  # the lock file itself records its holder
+    assert after == before
+
+
+def test_a_stale_lock_is_taken_over(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    # left by a process that died (kill -9): a holder is recorded but nobody holds the lock
+    (out / layout.LOCK).write_text(json.dumps({"pid": 999999, "host": "elsewhere", "started": "yesterday"}))
+    res = train(TrainConfig.resolve(out=str(out), max_steps=1, dataset="digits", train_limit=32, eval_limit=16,
+                                    num_codes=8, device="cpu"))
+    assert res.steps == 1
+
+
+def test_two_trainers_one_folder_the_second_stops_the_first_finishes_intact(tmp_path):
+    out = tmp_path / "run"
+    base = [sys.executable, "-m", "vqwae", "train", "--out", str(out), "--dataset", "digits", "--train-limit", "320",
+            "--eval-limit", "32", "--num-codes", "16", "--device", "cpu", "--threads", "1"]
+    first = subprocess.Popen(base + ["--model", "vqwae", "--epochs", "3"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not ((out / layout.LOCK).exists() and (out / layout.LOCK).read_text()):
+            time.sleep(0.05)
+        second = subprocess.run(base + ["--model", "vqvae", "--epochs", "1"], capture_output=True, text=True)
+        out_first, err_first = first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert second.returncode == 2 and f"pid {first.pid}" in second.stderr, second.stderr
+    assert first.returncode == 0, err_first
+    assert layout.read_config(out).model == "vqwae"
+    assert [m["epoch"] for m in layout.read_metrics(out)] == [1, 2, 3]
+    assert checkpoint.load_state(out / layout.STATE)["config"]["model"] == "vqwae"
+
+
+def test_kill_during_the_first_state_write_leaves_no_duplicate_metrics(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    cfg = TrainConfig.resolve(out=str(out), epochs=2, dataset="digits", train_limit=64, eval_limit=32, num_codes=8,
+                              device="cpu")
+
+    class Killed(BaseException):
+        pass
+
+    def killed(*args, **kwargs):
+        raise Killed  # the process dies after metrics.jsonl got epoch 1, before state.pt exists
+
+    monkeypatch.setattr(checkpoint, "save_state", killed)
+    with pytest.raises(Killed):
+        train(cfg)
+    assert [m["epoch"] for m in layout.read_metrics(out)] == [1] and not (out / layout.STATE).exists()
+    monkeypatch.undo()
+    train(cfg, resume=True)
+    assert [m["epoch"] for m in layout.read_metrics(out)] == [1, 2]
+
+
+# ---- loading a run never runs code --------------------------------------------------------------------
+class _RunsCode:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_crafted_state_file_is_refused_without_running_it(run, tmp_path):
+    crafted = tmp_path / "crafted"
+    shutil.copytree(run, crafted)
+    marker = tmp_path / "code-ran"
+    torch.save({"model": _RunsCode(marker), "optimizer": {}, "scheduler": {}, "epoch": 1, "step": 1, "rng": {}},
+               crafted / layout.STATE)
+    before = checksums(crafted)
+    one_line_error(invoke(["train", "--out", crafted, "--resume", "--epochs", "2"]), "refusing to load",
+                   "system")
+    assert not marker.exists()
+    assert checksums(crafted) == before
+
+
+def test_state_files_of_the_previous_format_still_resume(tmp_path):
+    """Format 1 pickled numpy's RNG state as an ndarray: read through the allow-list, converted, resumed."""
+    import random
+
+    out = tmp_path / "run"
+    cfg = TrainConfig.resolve(out=str(out), epochs=1, dataset="digits", train_limit=64, eval_limit=32, num_codes=8,
+                              device="cpu")
+    train(cfg)
+    state = torch.load(out / layout.STATE, weights_only=True)
+    state["rng"] = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    torch.save(state, out / layout.STATE)  # as the previous format wrote it
+    with pytest.raises(Exception):
+        torch.load(out / layout.STATE, weights_only=True)  # not loadable as plain data...
+    assert checkpoint.load_state(out / layout.STATE)["epoch"] == 1  # ...but read by the tested conversion
+    res = train(cfg.replace(epochs=2), resume=True)
+    assert res.epochs_completed == 2
+
+
+# ---- visible, quiet -----------------------------------------------------------------------------------
+def test_tensorboard_logger_writes_the_curves(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    train(TrainConfig.resolve(out=str(out), epochs=2, dataset="digits", train_limit=64, eval_limit=32, num_codes=8,
+                              device="cpu", logger="tensorboard"))
+    events = EventAccumulator(str(out / layout.TENSORBOARD))
+    events.Reload()
+    val = events.Scalars("val/mse")
+    assert [e.step for e in val] == [2, 4]  # one point per epoch, against the global step
+    assert [round(e.value, 6) for e in val] == [round(m["val/mse"], 6) for m in layout.read_metrics(out)]
+
+
+def test_training_prints_no_warning(tmp_path):
+    r = subprocess.run([sys.executable, "-W", "default", "-m", "vqwae", "train", "--out", str(tmp_path / "run"),
+                        *TINY, "--max-steps", "2", "--threads", "1"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "Warning" not in r.stderr and "Warning" not in r.stdout, r.stderr
+
+
+def test_a_held_folder_stops_every_torchrun_rank(run, tmp_path):
+    """Under DDP rank 0 takes the lock and every rank learns that it could not: all stop, none trains."""
+    before = checksums(run)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with RunLock(run):
+        r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "vqwae", "train",
+                            "--out", str(run), "--resume", "--epochs", "3"], capture_output=True, text=True, env=env,
+                           timeout=120)
+    assert r.returncode != 0
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2 and f"pid {os.getpid()}" in errors[0] and "being written" in errors[1], r.stderr
+    after = checksums(run)
+    after.pop(layout.LOCK, None), before.pop(layout.LOCK, None)
+    assert after == before
