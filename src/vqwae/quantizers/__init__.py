@@ -1,8 +1,10 @@
-"""Drop-in quantizers for any PyTorch autoencoder: latents (B, D, H, W) in, ``QuantizerOutput`` out.
+"""Drop-in quantizers for any PyTorch model: latents (B, D, *positions) or, with ``channel_last=True``,
+(B, *positions, D) in, ``QuantizerOutput`` out; ``ResidualQuantizer`` stacks them.
 
-    from vqwae.quantizers import WassersteinQuantizer, VectorQuantizer, StochasticQuantizer
+    from vqwae.quantizers import WassersteinQuantizer, VectorQuantizer, StochasticQuantizer, ResidualQuantizer
 """
-from vqwae.quantizers.base import CodebookShape, Quantizer, QuantizerOutput
+from vqwae.quantizers.base import CodebookShape, LatentShape, Quantizer, QuantizerOutput
+from vqwae.quantizers.residual import ResidualOutput, ResidualQuantizer
 from vqwae.quantizers.stochastic import StochasticConfig, StochasticOptions, StochasticQuantizer
 from vqwae.quantizers.vector import VectorConfig, VectorOptions, VectorQuantizer
 from vqwae.quantizers.wasserstein import WassersteinConfig, WassersteinOptions, WassersteinQuantizer
@@ -33,5 +35,5 @@ def build_quantizer(kind: str, config=None, **options) -> Quantizer:
 __all__ = [
     "Quantizer", "QuantizerOutput", "WassersteinQuantizer", "VectorQuantizer", "StochasticQuantizer",
     "WassersteinConfig", "VectorConfig", "StochasticConfig", "WassersteinOptions", "VectorOptions",
-    "StochasticOptions", "CodebookShape", "QUANTIZERS", "build_quantizer", "upgrade_quantizer_config",
+    "StochasticOptions", "CodebookShape", "LatentShape", "ResidualQuantizer", "ResidualOutput", "QUANTIZERS", "build_quantizer", "upgrade_quantizer_config",
 ]

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 
 from vqwae.distributed import is_distributed
@@ -17,10 +18,11 @@ from vqwae.ot.cost import nearest_code
 
 @dataclass
 class QuantizerOutput:
-    """What a quantizer returns for latents z of shape (B, D, H, W)."""
+    """What a quantizer returns for latents z: channel-first (B, D, *positions), e.g. (B, D, H, W) or (B, D, T),
+    or channel-last (B, *positions, D), e.g. a sequence (B, N, D), when built with ``channel_last=True``."""
 
-    quantized: torch.Tensor  # (B, D, H, W): the decoder's input (straight-through where the method says so)
-    indices: torch.Tensor  # (B, H, W) long: nearest codeword of each latent
+    quantized: torch.Tensor  # z's shape: the decoder's input (straight-through where the method says so)
+    indices: torch.Tensor  # (B, *positions) long: nearest codeword of each latent
     loss: torch.Tensor  # scalar: the quantizer's whole contribution to the training loss
     losses: dict[str, torch.Tensor] = field(default_factory=dict)  # named, already weighted; sum to `loss`
     perplexity: torch.Tensor | None = None  # exp(entropy) of this batch's code usage (all ranks under DDP)
@@ -43,6 +45,15 @@ class CodebookShape:
         check_fields(self)
 
 
+@dataclass(frozen=True)
+class LatentShape(CodebookShape):
+    """The codebook's size and how the latents are laid out: what every quantizer's config starts with (the
+    layout is the caller's, not a training option: the paper's networks are channel-first)."""
+
+    channel_last: bool = option(False, "latents are (B, *positions, D), e.g. a sequence (B, N, D), instead of "
+                                "channel-first (B, D, *positions)")
+
+
 class Quantizer(nn.Module):
     """Base class. A quantizer is built from its frozen config, or from keyword options of that config:
 
@@ -51,7 +62,7 @@ class Quantizer(nn.Module):
     """
 
     kind: str = ""  # registry name, set by subclasses
-    config_class: type = CodebookShape  # set by subclasses
+    config_class: type = LatentShape  # set by subclasses
 
     def __init__(self, config=None, **options):
         super().__init__()
@@ -77,25 +88,51 @@ class Quantizer(nn.Module):
     def config_dict(self) -> dict:
         return {"kind": self.kind, **dataclasses.asdict(self.config)}
 
-    def check_input(self, z: torch.Tensor) -> None:
+    @property
+    def layout(self) -> str:
+        return "(B, *positions, D)" if self.config.channel_last else "(B, D, *positions)"
+
+    def check_input(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> None:
         if not isinstance(z, torch.Tensor):
             raise TypeError(f"expected a tensor of latents, got {type(z).__name__}")
-        if z.dim() != 4:
-            raise ValueError(f"expected latents of shape (B, D, H, W), got rank {z.dim()} shape {tuple(z.shape)}")
+        if z.dim() < 3:
+            raise ValueError(f"expected latents of shape {self.layout}, got shape {tuple(z.shape)}")
         if not z.is_floating_point():
             raise TypeError(f"latents must be floating point, got {z.dtype}")
-        if z.shape[1] != self.dim:
-            raise ValueError(f"latents have {z.shape[1]} channels but the codebook dim is {self.dim}")
+        channels = z.shape[-1] if self.config.channel_last else z.shape[1]
+        if channels != self.dim:
+            where = "last" if self.config.channel_last else "second (channel-first; channel_last=True for (B, N, D))"
+            raise ValueError(f"latents of shape {tuple(z.shape)} have {channels} features on their {where} axis "
+                             f"but the codebook dim is {self.dim}")
         if z.numel() == 0:
             raise ValueError(f"latents of shape {tuple(z.shape)} are empty: nothing to quantize")
-        if not torch.isfinite(z).all():
-            raise ValueError("latents contain NaN or Inf (check the encoder and the learning rate)")
+        if mask is not None:
+            expected = self.positions_shape(z)
+            if mask.dtype != torch.bool or tuple(mask.shape) != (z.shape[0], *expected):
+                raise ValueError(f"mask must be a bool tensor of shape {(z.shape[0], *expected)} (True = a real "
+                                 f"latent), got {mask.dtype} {tuple(mask.shape)}")
+        self.check_finite(z)
 
     @staticmethod
-    def flatten(z: torch.Tensor) -> torch.Tensor:
-        """(B, D, H, W) -> (B, H*W, D), float32."""
-        b, d, h, w = z.shape
-        return z.float().permute(0, 2, 3, 1).reshape(b, h * w, d)
+    def check_finite(z: torch.Tensor) -> None:
+        """NaN or Inf latents are an error. On the CPU (eager) a ValueError; on an accelerator or under
+        torch.compile an asynchronous device assert, so the hot path neither waits for the device nor breaks
+        the compiled graph."""
+        finite = torch.isfinite(z).all()
+        if z.device.type != "cpu" or torch.compiler.is_compiling():
+            torch._assert_async(finite, "latents contain NaN or Inf (check the encoder and the learning rate)")
+        elif not finite:
+            raise ValueError("latents contain NaN or Inf (check the encoder and the learning rate)")
+
+    def positions_shape(self, z: torch.Tensor) -> tuple[int, ...]:
+        """The positions' axes of z: (H, W) of (B, D, H, W), (N,) of a channel-last (B, N, D)."""
+        return tuple(z.shape[1:-1] if self.config.channel_last else z.shape[2:])
+
+    def flatten(self, z: torch.Tensor) -> torch.Tensor:
+        """Latents of either layout -> (B, M, D) float32, M = the number of positions (row-major)."""
+        b = z.shape[0]
+        z = z.float()
+        return (z if self.config.channel_last else z.movedim(1, -1)).reshape(b, -1, self.dim)
 
     def nearest(self, flat: torch.Tensor) -> torch.Tensor:
         """(B, M, D) -> (B, M) indices of the nearest codewords."""
@@ -103,16 +140,19 @@ class Quantizer(nn.Module):
         return nearest_code(flat.detach().reshape(b * m, d), self.codebook.detach().float()).view(b, m)
 
     def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
-        """(B, H, W) long -> (B, D, H, W): the codewords, equal to ``quantized`` at eval time."""
+        """(B, *positions) long -> the codewords in the input's layout, equal to ``quantized`` at eval time."""
         if indices.dtype != torch.long:
             raise TypeError(f"indices must be int64, got {indices.dtype}")
         if indices.numel() and (indices.min() < 0 or indices.max() >= self.num_codes):
             raise ValueError(f"indices must lie in [0, {self.num_codes}), got [{int(indices.min())}, {int(indices.max())}]")
-        return self.codebook[indices].permute(0, 3, 1, 2).contiguous()
+        latents = F.embedding(indices, self.codebook)  # (B, *positions, D)
+        return latents if self.config.channel_last else latents.movedim(-1, 1).contiguous()
 
-    def batch_perplexity(self, indices: torch.Tensor) -> torch.Tensor:
-        """Perplexity of this batch's usage histogram, summed over DDP ranks when running distributed."""
-        counts = code_histogram(indices.detach(), self.num_codes)
+    def batch_perplexity(self, indices: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Perplexity of this batch's usage histogram (the unmasked latents'), summed over DDP ranks when
+        running distributed."""
+        indices = indices.detach()
+        counts = code_histogram(indices if mask is None else indices[mask.reshape(indices.shape)], self.num_codes)
         if is_distributed():
             dist.all_reduce(counts)
         return perplexity_from_counts(counts).float()
@@ -125,16 +165,19 @@ class Quantizer(nn.Module):
         so the value is bit-identical to the codewords (``indices_to_latents`` matches ``quantized``)."""
         return z_q + (z - z.detach())
 
-    def _output(self, z, flat_q, indices, losses) -> QuantizerOutput:
-        b, d, h, w = z.shape
-        quantized = flat_q.view(b, h, w, d).permute(0, 3, 1, 2)
+    def _output(self, z, flat_q, indices, losses, mask=None) -> QuantizerOutput:
+        """Outputs in z's layout from the (B, M, D) quantized latents and (B, M) indices."""
+        b, positions = z.shape[0], self.positions_shape(z)
+        quantized = flat_q.view(b, *positions, self.dim)
+        if not self.config.channel_last:
+            quantized = quantized.movedim(-1, 1)
         loss = sum(losses.values()) if losses else quantized.new_zeros(())
         return QuantizerOutput(
             quantized=quantized.to(z.dtype) if z.dtype != torch.float32 else quantized,
-            indices=indices.view(b, h, w),
+            indices=indices.view(b, *positions),
             loss=loss,
             losses=losses,
-            perplexity=self.batch_perplexity(indices),
+            perplexity=self.batch_perplexity(indices, mask),
         )
 
 

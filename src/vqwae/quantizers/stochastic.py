@@ -20,7 +20,7 @@ from torch import nn
 
 from vqwae.ot.cost import squared_distances
 from vqwae.options import check_fields, option
-from vqwae.quantizers.base import CodebookShape, Quantizer, QuantizerOutput, fp32
+from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,11 @@ class StochasticOptions:
 
 
 @dataclass(frozen=True)
-class StochasticConfig(StochasticOptions, CodebookShape):
+class StochasticConfig(StochasticOptions, LatentShape):
     """Everything a ``StochasticQuantizer`` is built from."""
 
     def __post_init__(self):
-        CodebookShape.__post_init__(self)
+        LatentShape.__post_init__(self)
         StochasticOptions.__post_init__(self)
 
 
@@ -83,8 +83,11 @@ class StochasticQuantizer(Quantizer):
         return 0.5 * d_x * torch.log(F.mse_loss(x_hat, x))
 
     @fp32
-    def forward(self, z: torch.Tensor, compute_loss: bool | None = None) -> QuantizerOutput:
-        self.check_input(z)
+    def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *,
+                compute_loss: bool | None = None) -> QuantizerOutput:
+        """Quantize z (either layout); ``mask`` (B, *positions), True = a real latent: masked latents are
+        quantized but left out of the loss terms and the perplexity."""
+        self.check_input(z, mask)
         b = z.shape[0]
         flat = self.flatten(z)  # (B, M, D)
         logits = -squared_distances(flat, self.embedding) / (2 * self.variance)  # (B, M, K)
@@ -98,6 +101,11 @@ class StochasticQuantizer(Quantizer):
         losses = {}
         if self.training if compute_loss is None else compute_loss:
             log_p = torch.log_softmax(logits, dim=-1)
-            losses["kl_discrete"] = (log_p.exp() * log_p).sum() / b
-            losses["kl_continuous"] = (flat - flat_q).pow(2).sum() / (2 * self.variance) / b
-        return self._output(z, flat_q, indices, losses)
+            kl_discrete = (log_p.exp() * log_p).sum(-1)  # (B, M)
+            kl_continuous = (flat - flat_q).pow(2).sum(-1) / (2 * self.variance)  # (B, M)
+            if mask is not None:
+                keep = mask.reshape(flat.shape[:2])
+                kl_discrete, kl_continuous = kl_discrete[keep], kl_continuous[keep]
+            losses["kl_discrete"] = kl_discrete.sum() / b
+            losses["kl_continuous"] = kl_continuous.sum() / b
+        return self._output(z, flat_q, indices, losses, mask)

@@ -21,7 +21,7 @@ from torch import nn
 
 from vqwae.distributed import is_distributed
 from vqwae.options import check_fields, option
-from vqwae.quantizers.base import CodebookShape, Quantizer, QuantizerOutput, fp32
+from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32
 
 
 @dataclass(frozen=True)
@@ -41,11 +41,11 @@ class VectorOptions:
 
 
 @dataclass(frozen=True)
-class VectorConfig(VectorOptions, CodebookShape):
+class VectorConfig(VectorOptions, LatentShape):
     """Everything a ``VectorQuantizer`` is built from."""
 
     def __post_init__(self):
-        CodebookShape.__post_init__(self)
+        LatentShape.__post_init__(self)
         VectorOptions.__post_init__(self)
 
 
@@ -82,18 +82,23 @@ class VectorQuantizer(Quantizer):
         self.embedding.copy_(self.ema_embed_sum / smoothed.unsqueeze(1))
 
     @fp32
-    def forward(self, z: torch.Tensor, compute_loss: bool | None = None) -> QuantizerOutput:
-        self.check_input(z)
+    def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *,
+                compute_loss: bool | None = None) -> QuantizerOutput:
+        """Quantize z (either layout); ``mask`` (B, *positions), True = a real latent: masked latents are
+        quantized but left out of the loss terms, the EMA update and the perplexity."""
+        self.check_input(z, mask)
         cfg = self.config
         flat = self.flatten(z)  # (B, M, D)
         indices = self.nearest(flat)
         z_q = F.embedding(indices, self.embedding)
         losses = {}
         if self.training if compute_loss is None else compute_loss:
+            keep = None if mask is None else mask.reshape(flat.shape[:2])
+            x, x_q, idx = (flat, z_q, indices) if keep is None else (flat[keep], z_q[keep], indices[keep])
             commit_w = 1.0 if cfg.legacy_beta else cfg.beta
-            losses["commitment"] = commit_w * F.mse_loss(flat, z_q.detach())
+            losses["commitment"] = commit_w * F.mse_loss(x, x_q.detach())
             if not cfg.ema:
-                losses["codebook"] = (cfg.beta if cfg.legacy_beta else 1.0) * F.mse_loss(z_q, flat.detach())
+                losses["codebook"] = (cfg.beta if cfg.legacy_beta else 1.0) * F.mse_loss(x_q, x.detach())
             elif self.training:
-                self._ema_update(flat.detach(), indices)
-        return self._output(z, self.straight_through(flat, z_q), indices, losses)
+                self._ema_update(x.detach(), idx)
+        return self._output(z, self.straight_through(flat, z_q), indices, losses, mask)

@@ -43,7 +43,7 @@ from vqwae.options import check_fields, option
 from vqwae.ot import SOLVERS as SOLVER_CLASSES
 from vqwae.ot import Transport, build_solver
 from vqwae.ot.semidiscrete import CHUNK_ENTRIES
-from vqwae.quantizers.base import CodebookShape, Quantizer, QuantizerOutput, _choice, fp32
+from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, _choice, fp32
 
 SOLVERS = tuple(SOLVER_CLASSES)
 PI_INITS = ("uniform", "peaked", "gaussian")
@@ -95,14 +95,14 @@ class WassersteinOptions:
 
 
 @dataclass(frozen=True)
-class WassersteinConfig(WassersteinOptions, CodebookShape):
+class WassersteinConfig(WassersteinOptions, LatentShape):
     """Everything a ``WassersteinQuantizer`` is built from."""
 
-    num_positions: int | None = option(64, "M = H*W: one pi per latent position; None: one pi shared by all",
-                                       min=1)
+    num_positions: int | None = option(None, "M = H*W: one pi per latent position (the paper); None: one pi shared "
+                                       "by all, any number of positions", min=1)
 
     def __post_init__(self):
-        CodebookShape.__post_init__(self)
+        LatentShape.__post_init__(self)
         WassersteinOptions.__post_init__(self)  # checks every field, num_positions included
 
 
@@ -135,10 +135,12 @@ class _ContiguousGrad(torch.autograd.Function):
 
 
 class WassersteinQuantizer(Quantizer):
-    """Drop-in VQ-WAE quantizer for latents z of shape (B, D, H, W).
+    """Drop-in VQ-WAE quantizer for latents of any shape: channel-first (B, D, *positions) or, with
+    ``channel_last=True``, (B, *positions, D) such as a sequence (B, N, D).
 
-    >>> q = WassersteinQuantizer(num_codes=512, dim=64, num_positions=64)
+    >>> q = WassersteinQuantizer(num_codes=512, dim=64)                      # one pi shared by all positions
     >>> out = q(torch.randn(32, 64, 8, 8)); out.loss.backward()
+    >>> q = WassersteinQuantizer(num_codes=512, dim=64, num_positions=64)    # the paper: one pi per position
 
     It holds the paper's learned quantities (the codebook, pi = softmax(beta)) and its loss; the OT solver
     (``self.solver``, a module of ``vqwae.ot`` with its own state) is called once per step for the WS term.
@@ -203,18 +205,20 @@ class WassersteinQuantizer(Quantizer):
         m = flat.shape[1]
         if self.config.num_positions is not None and m != self.config.num_positions:
             raise ValueError(
-                f"latents have H*W = {m} positions but the quantizer was built with num_positions={self.config.num_positions}"
+                f"latents have {m} positions but the quantizer was built with num_positions={self.config.num_positions} "
+                "(one pi per position); num_positions=None shares one pi and takes any number"
             )
 
     def _gathered(self) -> bool:
         return self.config.global_batch and is_distributed()
 
-    def wasserstein(self, flat: torch.Tensor, search=None) -> torch.Tensor:
+    def wasserstein(self, flat: torch.Tensor, search=None, per_sample: torch.Tensor | None = None) -> torch.Tensor:
         """sum_m W(z^m, P_{c,pi^m}) for latents (B, M, D), differentiable w.r.t. latents, codebook and pi.
 
         ``search`` reuses the solver's assignment computed with the nearest-code search in ``forward``
         (semidiscrete). In training mode the solver takes its step on its own state, and with
-        codebook_update="transport" the codebook moves to the plan's barycentres."""
+        codebook_update="transport" the codebook moves to the plan's barycentres. With one shared pi the
+        value is scaled by the positions per sample (M, or ``per_sample`` for a masked batch given as (N, 1, D))."""
         self._check_positions(flat)
         if self._gathered():
             # (world * B, M, D); gradients flow back to each rank, summed over ranks by all_gather's backward.
@@ -226,8 +230,9 @@ class WassersteinQuantizer(Quantizer):
         transport = self.solver(flat, c, log_pi, update=self.training, want_plan=transport_update, search=search)
         if transport_update:
             self._transport_update(transport)
-        scale = float(flat.shape[1]) if self.config.num_positions is None else 1.0
-        return scale * transport.value
+        if self.config.num_positions is not None:
+            return transport.value
+        return (float(flat.shape[1]) if per_sample is None else per_sample) * transport.value
 
     @torch.no_grad()
     def _transport_update(self, t: Transport) -> None:
@@ -289,30 +294,54 @@ class WassersteinQuantizer(Quantizer):
         return kl / self.num_codes if self.config.kl_reduction == "mean" else kl
 
     @fp32
-    def forward(self, z: torch.Tensor, compute_loss: bool | None = None) -> QuantizerOutput:
-        """Quantize z (B, D, H, W). The loss terms are computed in training mode (or when asked)."""
-        self.check_input(z)
+    def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *,
+                compute_loss: bool | None = None) -> QuantizerOutput:
+        """Quantize z: (B, D, *positions), or (B, *positions, D) with channel_last. The loss terms are computed
+        in training mode (or when asked).
+
+        ``mask`` (B, *positions) bool, True = a real latent (e.g. not padding): masked latents are quantized but
+        take no part in the WS term, the solver's step, the codebook update, pi's gradient or the perplexity.
+        It needs one shared pi (num_positions=None)."""
+        self.check_input(z, mask)
         cfg = self.config
         flat = self.flatten(z)  # (B, M, D) float32
+        b = flat.shape[0]
+        if mask is not None:
+            if cfg.num_positions is not None:
+                raise ValueError("a mask needs one shared pi (num_positions=None): a per-position pi assumes every "
+                                 "position holds a latent in every sample")
+            if self._gathered():
+                raise ValueError("a mask cannot be combined with global_batch (ranks would gather different counts)")
+            keep = mask.reshape(b, -1)
+            ot_flat = flat[keep].unsqueeze(1)  # (N, 1, D): the real latents, in order, as one shared-pi batch
+            per_sample = keep.sum() / b  # positions per sample, on average (a tensor: no host read)
+        else:
+            ot_flat, per_sample = flat, None
         if self.training and not self._codebook_ready:
             if not bool(self.codebook_initialized):  # one host read, until the codebook is set
-                self._init_codebook_from(flat)
+                self._init_codebook_from(ot_flat)
             self._codebook_ready = True
         want_loss = self.training if compute_loss is None else compute_loss
         search = None
         if want_loss and self.solver.shares_search and not self._gathered():
-            self._check_positions(flat)  # before the search, whose grouping assumes the positions
+            self._check_positions(ot_flat)  # before the search, whose grouping assumes the positions
             # One distance computation serves quantization (nearest codes) and the OT (transport assignment).
-            indices, search = self.solver.search(flat, self.embedding)
+            ot_indices, search = self.solver.search(ot_flat, self.embedding)
+            if mask is None:
+                indices = ot_indices
+            else:  # the masked latents are quantized too, outside the OT
+                indices = torch.empty(b, flat.shape[1], dtype=torch.long, device=flat.device)
+                indices[keep] = ot_indices.reshape(-1)
+                indices[~keep] = self.nearest(flat[~keep].unsqueeze(1)).reshape(-1)
         else:
             indices = self.nearest(flat)  # (B, M)
         flat_q = self.straight_through(flat, F.embedding(indices, self.embedding))
         losses = {}
         if want_loss:
-            losses["ws"] = cfg.ws_weight * self.wasserstein(flat, search)
+            losses["ws"] = cfg.ws_weight * self.wasserstein(ot_flat, search, per_sample=per_sample)
             if cfg.learn_pi and cfg.kl_weight:
                 losses["kl"] = cfg.kl_weight * self.kl_to_uniform()
-        return self._output(z, flat_q, indices, losses)
+        return self._output(z, flat_q, indices, losses, mask)
 
 
 # State-dict keys of layout 1 (before the solvers were modules) -> layout 2, for each solver; keys of another

@@ -1,0 +1,101 @@
+"""Residual quantization (SoundStream, Zeghidour et al. 2021; EnCodec, DAC): a stack of quantizers, each
+quantizing what the levels before it left over.
+
+    r_0 = z,   q_l = Q_l(r_{l-1}),   r_l = r_{l-1} - q_l,   z_q = q_1 + ... + q_L
+
+Every level has its own codebook (and, for VQ-WAE, its own pi and solver state). The decoder receives z_q with
+one straight-through estimator for the whole stack (the gradient of z_q w.r.t. z is the identity), and each
+level's own loss terms (commitment, WS, ...) train the encoder through its residual. Residual VQ is where
+codebooks collapse in practice (the later levels quantize small, shrinking residuals): a Wasserstein level
+keeps every level's codebook in use by construction; BENCHMARKS.md measures it against
+vector-quantize-pytorch's ResidualVQ.
+
+    rq = ResidualQuantizer(lambda: WassersteinQuantizer(num_codes=256, dim=64, channel_last=True), num_levels=4)
+    out = rq(z)                     # z (B, N, 64): out.indices (B, N, 4), out.loss the levels' summed loss
+    z_q = rq.indices_to_latents(out.indices)
+
+Quantizer dropout (SoundStream's bitrate scalability): with ``dropout=True`` each training call uses the first
+n levels, n drawn uniformly from 1..L (once per batch, on the host: no device synchronisation); any call can
+ask for ``num_levels=n`` itself (e.g. a lower bitrate at inference). Levels not used report index -1.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from vqwae.quantizers.base import Quantizer, QuantizerOutput
+
+
+@dataclass
+class ResidualOutput(QuantizerOutput):
+    """A QuantizerOutput whose ``indices`` have a trailing level axis (B, *positions, L; -1 for a level not
+    used), whose ``perplexity`` is one value per level (L,; NaN for a level not used) and whose ``losses`` are
+    named "level{l}/{term}"."""
+
+    levels_used: int = 0
+
+
+class ResidualQuantizer(nn.Module):
+    """``num_levels`` quantizers made by ``quantizer_factory()``, each quantizing the previous levels' residual."""
+
+    def __init__(self, quantizer_factory: Callable[[], Quantizer], num_levels: int, *, dropout: bool = False):
+        super().__init__()
+        if not isinstance(num_levels, int) or num_levels < 1:
+            raise ValueError(f"num_levels must be an int >= 1, got {num_levels!r}")
+        self.levels = nn.ModuleList(quantizer_factory() for _ in range(num_levels))
+        first = self.levels[0]
+        for q in self.levels:
+            if not isinstance(q, Quantizer):
+                raise TypeError(f"quantizer_factory must return vqwae quantizers, got {type(q).__name__}")
+            if q.dim != first.dim or q.config.channel_last != first.config.channel_last:
+                raise ValueError("every level must share the latent dim and layout")
+        self.num_levels, self.dim, self.dropout = num_levels, first.dim, dropout
+
+    def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *, num_levels: int | None = None,
+                compute_loss: bool | None = None) -> ResidualOutput:
+        """Quantize z (the levels' layout) with the first ``num_levels`` levels (default: all, or a random
+        number of them in training with ``dropout``). ``mask`` goes to every level (see the quantizers)."""
+        n = self._levels_for_call(num_levels)
+        residual, total = z, None
+        indices, perplexity, losses = [], [], {}
+        for level, q in enumerate(self.levels[:n], 1):
+            out = q(residual, mask, compute_loss=compute_loss)
+            codes = out.quantized.detach()  # this level's codewords (the straight-through value)
+            total = codes if total is None else total + codes
+            residual = residual - codes
+            indices.append(out.indices)
+            perplexity.append(out.perplexity)
+            losses.update({f"level{level}/{name}": value for name, value in out.losses.items()})
+        unused = self.num_levels - n
+        indices += [torch.full_like(indices[0], -1)] * unused
+        perplexity = torch.stack(perplexity + [torch.full_like(perplexity[0], float("nan"))] * unused)
+        quantized = z + (total - z).detach()  # one straight-through estimator for the stack
+        loss = sum(losses.values()) if losses else quantized.new_zeros(())
+        return ResidualOutput(quantized=quantized, indices=torch.stack(indices, -1), loss=loss, losses=losses,
+                              perplexity=perplexity, levels_used=n)
+
+    def _levels_for_call(self, num_levels: int | None) -> int:
+        if num_levels is not None:
+            if not 1 <= num_levels <= self.num_levels:
+                raise ValueError(f"num_levels must lie in 1..{self.num_levels}, got {num_levels}")
+            return num_levels
+        if self.dropout and self.training:
+            return random.randint(1, self.num_levels)
+        return self.num_levels
+
+    def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
+        """(B, *positions, L) indices (-1: level not used) -> the summed codewords in the levels' layout."""
+        if indices.shape[-1] != self.num_levels:
+            raise ValueError(f"indices must end with a level axis of {self.num_levels}, got shape {tuple(indices.shape)}")
+        total = None
+        for level, q in enumerate(self.levels):
+            idx = indices[..., level]
+            used = idx >= 0
+            latents = q.indices_to_latents(idx.clamp_min(0))
+            weight = used.unsqueeze(-1 if q.config.channel_last else 1).to(latents.dtype)
+            total = latents * weight if total is None else total + latents * weight
+        return total

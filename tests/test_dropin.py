@@ -1,0 +1,238 @@
+"""The quantizers as drop-in modules for any shape: sequences (B, N, D), 1-D / 2-D / 3-D feature maps, padding
+masks, and the index round trip."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vqwae.quantizers import build_quantizer
+
+KINDS = ("wasserstein", "vector", "stochastic")
+SHAPES = {  # (channel_last, latent shape with D = 8)
+    "audio frames (B, D, T)": (False, (4, 8, 16)),
+    "image (B, D, H, W)": (False, (4, 8, 3, 4)),
+    "video (B, D, T, H, W)": (False, (2, 8, 2, 3, 4)),
+    "sequence (B, N, D)": (True, (4, 10, 8)),
+    "image channel-last (B, H, W, D)": (True, (2, 3, 4, 8)),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_every_quantizer_takes_every_shape_and_indices_round_trip(kind, shape):
+    channel_last, size = SHAPES[shape]
+    q = build_quantizer(kind, num_codes=16, dim=8, channel_last=channel_last)
+    z = torch.randn(*size, requires_grad=True)
+    out = q.train()(z)
+    out.loss.backward()
+    assert out.quantized.shape == z.shape and z.grad is not None and torch.isfinite(z.grad).all()
+    positions = size[1:-1] if channel_last else size[2:]
+    assert out.indices.shape == (size[0], *positions) and out.indices.dtype == torch.long
+    q.eval()
+    with torch.no_grad():
+        ev = q(z)
+    assert torch.equal(q.indices_to_latents(ev.indices), ev.quantized)  # exact inverse, every layout
+
+
+def test_a_channel_last_sequence_is_the_transposed_channel_first_one():
+    torch.manual_seed(0)
+    first = build_quantizer("wasserstein", num_codes=16, dim=8).train()
+    torch.manual_seed(0)
+    last = build_quantizer("wasserstein", num_codes=16, dim=8, channel_last=True).train()
+    z = torch.randn(4, 8, 10)
+    torch.manual_seed(1)  # the codebook's start is drawn from the first batch
+    a = first(z)
+    torch.manual_seed(1)
+    b = last(z.transpose(1, 2))
+    assert torch.equal(a.indices, b.indices) and torch.equal(a.quantized, b.quantized.transpose(1, 2))
+    assert torch.equal(a.loss, b.loss)
+
+
+def test_shared_pi_takes_any_length_and_per_position_pi_names_both_numbers():
+    q = build_quantizer("wasserstein", num_codes=16, dim=8, channel_last=True).train()  # num_positions=None
+    for n in (3, 17, 40):
+        q(torch.randn(2, n, 8)).loss.backward()
+    p = build_quantizer("wasserstein", num_codes=16, dim=8, num_positions=12, channel_last=True).train()
+    with pytest.raises(ValueError, match=r"10 positions .* num_positions=12"):
+        p(torch.randn(2, 10, 8))
+
+
+@pytest.mark.parametrize("layout", ["bad shape", "not bool"])
+def test_a_bad_mask_names_the_expected_shape(layout):
+    q = build_quantizer("wasserstein", num_codes=16, dim=8, channel_last=True)
+    mask = torch.ones(2, 9, dtype=torch.bool) if layout == "bad shape" else torch.ones(2, 10)
+    with pytest.raises(ValueError, match=r"mask must be a bool tensor of shape \(2, 10\)"):
+        q(torch.randn(2, 10, 8), mask)
+
+
+def _padded(x: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, N, D) -> (B, length, D) padded with junk, and the mask of the real tokens."""
+    b, n, d = x.shape
+    pad = torch.randn(b, length - n, d) * 5 + 3  # junk far from the data: it would move codes if it counted
+    mask = torch.zeros(b, length, dtype=torch.bool)
+    mask[:, :n] = True
+    return torch.cat([x, pad], 1), mask
+
+
+@pytest.mark.parametrize("kind, options", [
+    ("wasserstein", {}),
+    ("wasserstein", {"solver": "sinkhorn"}),
+    ("wasserstein", {"codebook_update": "gradient"}),
+    ("vector", {}),
+    ("vector", {"ema": True}),
+])
+def test_padding_under_a_mask_changes_nothing(kind, options):
+    """A padded batch gives exactly the loss, gradients, codebook (and its update) and perplexity of the same
+    batch without the padding; the padded positions are still quantized."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 7, 8)
+    xp, mask = _padded(x, 11)
+    runs = []
+    for inputs, m in ((x, None), (xp, mask)):
+        torch.manual_seed(1)
+        q = build_quantizer(kind, num_codes=16, dim=8, channel_last=True, **options).train()
+        z = inputs.clone().requires_grad_(True)
+        out = q(z, m) if m is not None else q(z)
+        out.loss.backward()
+        grads = {n: p.grad.clone() for n, p in q.named_parameters() if p.grad is not None}
+        runs.append((out, z.grad, grads, {k: v.clone() for k, v in q.state_dict().items()}))
+    (a, ga, pa, sa), (b, gb, pb, sb) = runs
+    assert torch.equal(a.loss, b.loss), (a.losses, b.losses)
+    assert torch.equal(ga, gb[:, :7]) and not gb[:, 7:].any()
+    for name in pa:
+        assert torch.equal(pa[name], pb[name]), name
+    for name in sa:
+        assert torch.equal(sa[name], sb[name]), name
+    assert torch.equal(a.perplexity, b.perplexity)
+    assert torch.equal(a.indices, b.indices[:, :7]) and b.indices.shape == (3, 11)
+
+
+def test_sqvae_mask_leaves_the_padding_out_of_its_loss():
+    """(In training SQ-VAE draws Gumbel noise per latent, padding included, so the draws differ from the unpadded
+    batch's: the masked loss is compared in eval mode, where the quantizer is deterministic.)"""
+    q = build_quantizer("stochastic", num_codes=16, dim=8, channel_last=True).eval()
+    x = torch.randn(3, 7, 8)
+    xp, mask = _padded(x, 11)
+    a, b = q(x, compute_loss=True), q(xp, mask, compute_loss=True)
+    assert torch.allclose(a.loss, b.loss) and torch.equal(a.perplexity, b.perplexity)
+
+
+def test_masks_need_a_shared_pi():
+    q = build_quantizer("wasserstein", num_codes=16, dim=8, num_positions=4, channel_last=True).train()
+    with pytest.raises(ValueError, match="shared pi"):
+        q(torch.randn(2, 4, 8), torch.ones(2, 4, dtype=torch.bool))
+
+
+# ---- residual quantization ----------------------------------------------------------------------------
+def test_residual_levels_quantize_what_the_previous_levels_left():
+    from vqwae.quantizers import ResidualQuantizer, WassersteinQuantizer
+
+    torch.manual_seed(0)
+    rq = ResidualQuantizer(lambda: WassersteinQuantizer(num_codes=16, dim=8, channel_last=True), num_levels=3)
+    z = torch.randn(4, 10, 8, requires_grad=True)
+    out = rq.train()(z)
+    assert out.indices.shape == (4, 10, 3) and out.perplexity.shape == (3,) and out.levels_used == 3
+    assert set(out.losses) == {f"level{l}/{t}" for l in (1, 2, 3) for t in ("ws", "kl")}
+    assert torch.equal(out.loss, sum(out.losses.values()))
+    out.loss.backward()
+    assert z.grad is not None and z.grad.abs().sum() > 0
+    rq.eval()
+    with torch.no_grad():
+        ev = rq(z)
+        # level l's codes are its nearest codewords to the residual the levels before it left
+        residual = z.detach()
+        for level, q in enumerate(rq.levels):
+            codes = q.indices_to_latents(ev.indices[..., level])
+            assert torch.equal(q(residual).indices, ev.indices[..., level])
+            residual = residual - codes
+        assert torch.allclose(rq.indices_to_latents(ev.indices), ev.quantized, atol=1e-6)
+        errors = [(z - rq(z, num_levels=n).quantized).pow(2).mean() for n in (1, 2, 3)]
+    assert errors[0] > errors[1] > errors[2]  # every level removes part of the remaining error
+
+
+def test_residual_dropout_uses_the_first_levels_and_marks_the_rest():
+    from vqwae.quantizers import ResidualQuantizer, VectorQuantizer
+
+    rq = ResidualQuantizer(lambda: VectorQuantizer(num_codes=16, dim=8), num_levels=4, dropout=True)
+    z = torch.randn(2, 8, 5)
+    out = rq.eval()(z, num_levels=2)
+    assert (out.indices[..., 2:] == -1).all() and (out.indices[..., :2] >= 0).all()
+    assert torch.isnan(out.perplexity[2:]).all()
+    assert torch.allclose(rq.indices_to_latents(out.indices), out.quantized, atol=1e-6)
+    rq.train()
+    used = {rq(z).levels_used for _ in range(60)}
+    assert used == {1, 2, 3, 4}  # SoundStream's quantizer dropout: 1..L levels, uniformly
+    assert rq.eval()(z).levels_used == 4  # no dropout outside training
+    with pytest.raises(ValueError, match="1..4"):
+        rq(z, num_levels=5)
+
+
+# ---- torch.compile, DDP, precision --------------------------------------------------------------------
+def test_the_training_step_compiles_in_one_graph_and_matches_eager():
+    """fullgraph=True fails on any graph break. (The first training call, which draws the codebook from the
+    batch, reads one flag on the host; every later step is one graph.) aot_eager traces exactly what inductor
+    compiles, without generating C++: the CPU speed-up of inductor is a benchmark (BENCHMARKS.md)."""
+    import copy
+
+    from vqwae.quantizers import WassersteinQuantizer
+
+    torch.manual_seed(0)
+    eager = WassersteinQuantizer(num_codes=32, dim=8, channel_last=True).train()
+    eager(torch.randn(6, 10, 8))  # the codebook's start
+    twin = copy.deepcopy(eager)
+    compiled = torch.compile(twin, fullgraph=True, backend="aot_eager")
+    for _ in range(3):
+        z = torch.randn(6, 10, 8)
+        za, zb = z.clone().requires_grad_(True), z.clone().requires_grad_(True)
+        a, b = eager(za), compiled(zb)
+        a.loss.backward()
+        b.loss.backward()
+        assert torch.allclose(a.loss, b.loss, rtol=1e-6) and torch.equal(a.indices, b.indices)
+        assert torch.allclose(za.grad, zb.grad, rtol=1e-5, atol=1e-7)
+    for (name, x), (_, y) in zip(eager.state_dict().items(), twin.state_dict().items()):
+        assert torch.allclose(x.float(), y.float(), rtol=1e-5, atol=1e-7), name  # solver state, codebook EMA
+
+
+def test_bf16_autocast_keeps_quantization_in_fp32():
+    from vqwae.quantizers import WassersteinQuantizer
+
+    q = WassersteinQuantizer(num_codes=32, dim=8, channel_last=True).eval()
+    z = torch.randn(4, 10, 8).bfloat16()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = q(z, compute_loss=True)
+    reference = q(z.float(), compute_loss=True)
+    assert torch.equal(out.indices, reference.indices) and out.quantized.dtype == torch.bfloat16
+    assert out.loss.dtype == torch.float32 and torch.equal(out.loss, reference.loss)
+
+
+def _ddp_sequence_worker(rank, world, port, path):
+    import torch.distributed as dist
+
+    from vqwae.quantizers import WassersteinQuantizer
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True).train()
+    torch.manual_seed(10 + rank)  # each rank its own sequences, lengths and padding
+    for _ in range(3):
+        length = 6 + rank
+        x = torch.randn(3, length + 2, 8)
+        mask = torch.zeros(3, length + 2, dtype=torch.bool)
+        mask[:, :length] = True
+        q(x, mask).loss.backward()
+    torch.save({k: v.clone() for k, v in q.state_dict().items()}, f"{path}/seq{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_ddp_on_padded_sequences_keeps_every_buffer_identical(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_sequence_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    a, b = (torch.load(tmp_path / f"seq{r}.pt") for r in range(2))
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
