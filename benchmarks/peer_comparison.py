@@ -54,6 +54,27 @@ class PeerQuantizer(nn.Module):
         return nn.functional.mse_loss(x_hat, x)
 
 
+class PeerFSQ(nn.Module):
+    """vector-quantize-pytorch's FSQ (levels 8 x 8 x 8 = 512 codes, projected from and back to D) (benchmark only)."""
+
+    def __init__(self, levels=(8, 8, 8), dim=64):
+        super().__init__()
+        from vector_quantize_pytorch import FSQ
+
+        self.fsq = FSQ(levels=list(levels), dim=dim)
+        self.num_codes = self.fsq.codebook_size
+
+    def forward(self, z, compute_loss=None):
+        b, d, h, w = z.shape
+        q, idx = self.fsq(z.flatten(2).transpose(1, 2))
+        zero = q.new_zeros(())
+        return QuantizerOutput(quantized=q.transpose(1, 2).reshape(b, d, h, w), indices=idx.reshape(b, h, w),
+                               loss=zero, losses={})
+
+    def reconstruction_loss(self, x_hat, x):
+        return nn.functional.mse_loss(x_hat, x)
+
+
 def _paper_preset() -> dict:
     """The quantizer options of `vqwae train --preset paper` (the authors' configuration), from the preset."""
     return dataclasses.asdict(TrainConfig.resolve(preset="paper").quantizer.vqwae)
@@ -64,6 +85,7 @@ def _paper_preset() -> dict:
 # "with codebook_decay 0.95" is the faster codebook EMA that BENCHMARKS.md section 5 rejects.
 QUANTIZERS = {
     "vector-quantize-pytorch": ("peer", {}),
+    "FSQ 8x8x8": ("fsq", {}),
     "VQ-VAE": ("vector", {}),
     "VQ-WAE default": ("wasserstein", {}),
     "VQ-WAE paper preset": ("wasserstein", _paper_preset()),
@@ -94,9 +116,9 @@ def build(name: str, channels: int, seed: int) -> VQAutoencoder:
     net = NetworkConfig(in_channels=channels)
     torch.manual_seed(seed)
     enc, dec = build_networks(net)  # identical encoder/decoder start for every model
-    if kind == "peer":
+    if kind in ("peer", "fsq"):
         torch.manual_seed(seed + 1)
-        return VQAutoencoder(enc, PeerQuantizer(), dec)
+        return VQAutoencoder(enc, PeerQuantizer() if kind == "peer" else PeerFSQ(), dec)
     torch.manual_seed(seed + 1)
     return VQAutoencoder(enc, build_quantizer(kind, **{"num_codes": 512, "dim": 64, "num_positions": 64, **kwargs})
                          if kind == "wasserstein" else build_quantizer(kind, num_codes=512, dim=64, **kwargs), dec, net)
