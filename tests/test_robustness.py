@@ -304,7 +304,8 @@ def test_a_held_folder_stops_every_torchrun_rank(run, tmp_path):
                            timeout=120)
     assert r.returncode != 0
     errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 2 and f"pid {os.getpid()}" in errors[0] and "being written" in errors[1], r.stderr
+    # every rank that got to print (torchrun stops the others once one has exited) names the holder
+    assert errors and all(f"pid {os.getpid()}" in e and "being written" in e for e in errors), r.stderr
     after = checksums(run)
     after.pop(layout.LOCK, None), before.pop(layout.LOCK, None)
     assert after == before

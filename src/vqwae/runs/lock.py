@@ -133,8 +133,9 @@ def hold_run_folder(run_dir: str | os.PathLike, *, is_main: bool = True, distrib
 
         flag = torch.tensor([0.0 if error is None else 1.0], device=device)
         dist.all_reduce(flag)
-        if error is None and float(flag) > 0:
-            error = RunFolderBusy(f"{Path(run_dir)} is being written by another process (rank 0 could not lock it)")
+        if error is None and float(flag) > 0:  # rank 0 could not lock it: name the holder here too
+            error = RunFolderBusy(f"{Path(run_dir)} is being written by {_holder_text(lock.path)} (rank 0 could not "
+                                  "lock it)")
     if error is not None:
         raise error
     try:
