@@ -97,14 +97,20 @@ def main():
     ap.add_argument("--num-codes", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--vqwae", default="", metavar="KEY=VALUE,...",
+                    help="options of every Wasserstein level, e.g. 'num_positions=64' (one pi per position)")
+    ap.add_argument("--tag", default="", help="suffix of the result files")
     args = ap.parse_args()
+    from peer_comparison import parse_settings  # the same 'a=1,b=x' syntax as its --variant
+
+    level_options = parse_settings(args.vqwae)
     torch.set_num_threads(args.threads)
     splits = load_splits(args.dataset, args.data_root, train_limit=args.steps * 32, eval_limit=args.test_images)
     test_x = torch.stack([splits.test[i][0] for i in range(len(splits.test))])
     channels, dim = test_x.shape[1], 64
     L, K = args.levels, args.num_codes
     quantizers = {
-        "vqwae ResidualQuantizer (Wasserstein levels)": lambda: Ours(L, K, dim),
+        "vqwae ResidualQuantizer (Wasserstein levels)": lambda: Ours(L, K, dim, **level_options),
         "vector-quantize-pytorch ResidualVQ (k-means, dead-code expiry)": lambda: PeerResidual(L, K, dim),
     }
     models = {}
@@ -142,7 +148,7 @@ def main():
                 machine=f"{platform.machine()} {torch.get_num_threads()} threads",
                 command="python benchmarks/residual_comparison.py " + " ".join(
                     f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()))
-    out = HERE / "results" / f"residual_{args.dataset}_{args.steps}.json"
+    out = HERE / "results" / f"residual_{args.dataset}_{args.steps}{'_' + args.tag if args.tag else ''}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves), indent=2))
     plot(curves, out.with_suffix(".png"), args.dataset, K)
