@@ -9,6 +9,10 @@ load on a shared machine hits them alike. Every ``--eval-every`` steps each mode
     .venv/bin/python benchmarks/peer_comparison.py --dataset mnist --data-root ../shared/data --steps 3000
     .venv/bin/python benchmarks/peer_comparison.py --dataset cifar10 --data-root ../shared/data --steps 3000
 
+Large codebooks, one shared pi (every quantizer gets K codes; FSQ the levels of its paper nearest K):
+
+    .venv/bin/python benchmarks/peer_comparison.py --dataset cifar10 --num-codes 8192 --shared-pi --models "vector-quantize-pytorch,FSQ,VQ-VAE,VQ-WAE default"
+
 Writes benchmarks/results/peer_<dataset>_<steps>.json and a plot of test perplexity and MSE against steps.
 """
 from __future__ import annotations
@@ -80,12 +84,18 @@ def _paper_preset() -> dict:
     return dataclasses.asdict(TrainConfig.resolve(preset="paper").quantizer.vqwae)
 
 
+# FSQ levels per codebook size: the FSQ paper's recommendations (Mentzer et al. 2023, Table 1) where it gives
+# one, else the product of levels of 8 and 4 that equals K.
+FSQ_LEVELS = {512: (8, 8, 8), 1024: (8, 5, 5, 5), 4096: (7, 5, 5, 5, 5), 8192: (8, 8, 8, 4, 4),
+              16384: (8, 8, 8, 6, 5), 65536: (8, 8, 8, 5, 5, 5)}
+
 # name -> (quantizer kind or "peer", quantizer kwargs). "VQ-WAE default" is WassersteinQuantizer() as shipped
 # (and what `vqwae train` uses); the "without ..." rows each undo one of the defaults that depart from the paper,
 # "with codebook_decay 0.95" is the faster codebook EMA that BENCHMARKS.md section 5 rejects.
 QUANTIZERS = {
     "vector-quantize-pytorch": ("peer", {}),
     "FSQ 8x8x8": ("fsq", {}),
+    "FSQ": ("fsq", {}),  # levels by --num-codes (FSQ_LEVELS)
     "VQ-VAE": ("vector", {}),
     "VQ-WAE default": ("wasserstein", {}),
     "VQ-WAE paper preset": ("wasserstein", _paper_preset()),
@@ -111,23 +121,27 @@ def parse_settings(text: str) -> dict:
     return out
 
 
-def build(name: str, channels: int, seed: int) -> VQAutoencoder:
+def build(name: str, channels: int, seed: int, num_codes: int = 512, shared_pi: bool = False) -> VQAutoencoder:
     kind, kwargs = QUANTIZERS[name]
     net = NetworkConfig(in_channels=channels)
     torch.manual_seed(seed)
     enc, dec = build_networks(net)  # identical encoder/decoder start for every model
-    if kind in ("peer", "fsq"):
-        torch.manual_seed(seed + 1)
-        return VQAutoencoder(enc, PeerQuantizer() if kind == "peer" else PeerFSQ(), dec)
     torch.manual_seed(seed + 1)
-    return VQAutoencoder(enc, build_quantizer(kind, **{"num_codes": 512, "dim": 64, "num_positions": 64, **kwargs})
-                         if kind == "wasserstein" else build_quantizer(kind, num_codes=512, dim=64, **kwargs), dec, net)
+    if kind == "peer":
+        return VQAutoencoder(enc, PeerQuantizer(num_codes), dec)
+    if kind == "fsq":
+        if num_codes not in FSQ_LEVELS:
+            raise SystemExit(f"error: no FSQ levels for K = {num_codes}; known: {sorted(FSQ_LEVELS)}")
+        return VQAutoencoder(enc, PeerFSQ(FSQ_LEVELS[num_codes]), dec)
+    if kind == "wasserstein":
+        kwargs = {"num_positions": None if shared_pi else 64, **kwargs}
+    return VQAutoencoder(enc, build_quantizer(kind, num_codes=num_codes, dim=64, **kwargs), dec, net)
 
 
 @torch.no_grad()
 def evaluate(model, test_x: torch.Tensor, batch: int = 500) -> dict:
     model.eval()
-    usage, se = CodeUsage(512), 0.0
+    usage, se = CodeUsage(model.quantizer.num_codes), 0.0
     for x in test_x.split(batch):
         x_hat, out = model(x)
         usage.update(out.indices)
@@ -148,6 +162,8 @@ def main():
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                     help="an extra WassersteinQuantizer configuration for ablations, on top of the default, e.g. "
                          "'fast potential:potential_lr=0.03' (repeatable; trained alongside --models)")
+    ap.add_argument("--num-codes", type=int, default=512, help="K of every quantizer (FSQ: see FSQ_LEVELS)")
+    ap.add_argument("--shared-pi", action="store_true", help="VQ-WAE: one pi for all positions (num_positions=None)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--tag", default="", help="suffix of the result files (e.g. 'ablation')")
@@ -162,7 +178,7 @@ def main():
     splits = load_splits(args.dataset, args.data_root, train_limit=args.steps * 32, eval_limit=args.test_images)
     test_x = torch.stack([splits.test[i][0] for i in range(len(splits.test))])
     channels = test_x.shape[1]
-    models = {n: build(n, channels, args.seed) for n in names}
+    models = {n: build(n, channels, args.seed, args.num_codes, args.shared_pi) for n in names}
     opts = {n: torch.optim.Adam([p for p in m.parameters() if p.requires_grad], lr=1e-3) for n, m in models.items()}
     times = {n: [] for n in names}
     curves = {n: [] for n in names}
@@ -199,7 +215,8 @@ def main():
     meta = dict(dataset=args.dataset, steps=args.steps, test_images=len(test_x), date=datetime.now(timezone.utc).isoformat(),
                 machine=f"{platform.machine()} {torch.get_num_threads()} threads", torch=torch.__version__,
                 command="python benchmarks/peer_comparison.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()))
-    stem = f"peer_{args.dataset}_{args.steps}" + (f"_{args.tag}" if args.tag else "")
+    stem = (f"peer_{args.dataset}_{args.steps}" + (f"_k{args.num_codes}" if args.num_codes != 512 else "")
+            + (f"_{args.tag}" if args.tag else ""))
     out = HERE / "results" / f"{stem}.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves), indent=2))
@@ -222,7 +239,7 @@ def plot(curves: dict, path: Path, dataset: str) -> None:
         steps = [p["step"] for p in c]
         axes[0].plot(steps, [p["perplexity"] for p in c], marker="o", label=n)
         axes[1].plot(steps, [p["mse"] for p in c], marker="o", label=n)
-    axes[0].set(xlabel="training step", ylabel="test perplexity (max 512)", title=f"{dataset}: codebook use")
+    axes[0].set(xlabel="training step", ylabel="test perplexity", title=f"{dataset}: codebook use")
     axes[1].set(xlabel="training step", ylabel="test MSE", yscale="log", title=f"{dataset}: reconstruction")
     for a in axes:
         a.grid(alpha=0.3)
