@@ -59,7 +59,8 @@ def close(a, b, tol=6):
 # ---------------------------------------------------------------- registry & errors
 
 def test_dataset_names_and_unknown_name():
-    assert set(DATASETS) == {"mnist", "fashionmnist", "kmnist", "cifar10", "svhn", "celeba", "imagefolder", "digits"}
+    assert set(DATASETS) == {"mnist", "fashionmnist", "kmnist", "cifar10", "svhn", "celeba", "ffhq", "celebahq",
+                            "imagefolder", "digits"}
     with pytest.raises(ValueError) as e:
         load_splits("cifar100", "/nowhere")
     for name in DATASETS:
@@ -76,7 +77,7 @@ def test_missing_path_error_is_helpful(name, tmp_path):
     assert str(missing) in msg
     assert "Accepted layouts" in msg and "ROOT/" in msg
     assert "--data-root" in msg or "root" in msg
-    if name != "imagefolder":
+    if name not in ("imagefolder", "ffhq", "celebahq"):  # those have no automatic download
         assert "download=True" in msg
 
 

@@ -13,7 +13,7 @@ from vqwae.runs.generation import run_generation_fid
 
 Opt = typer.Option
 
-TABLE_KEYS = ("mse", "psnr", "ssim", "lpips", "rfid", "perplexity", "codes_used", "num_images",
+TABLE_KEYS = ("mse", "psnr", "ssim", "lpips", "lpips_vgg", "rfid", "perplexity", "codes_used", "num_images",
               "gfid_uncond", "gfid_cond")
 
 
@@ -26,9 +26,12 @@ def eval_command(
     inception_weights: str | None = Opt(None, envvar="VQWAE_INCEPTION_WEIGHTS",
                                            help="FID InceptionV3 TorchScript file (env VQWAE_INCEPTION_WEIGHTS)."),
     lpips_weights: str | None = Opt(None, envvar="VQWAE_LPIPS_WEIGHTS",
-                                       help="LPIPS folder with alexnet_features.pth and v0.1/alex.pth (env VQWAE_LPIPS_WEIGHTS)."),
+                                       help="LPIPS folder with alexnet_features.pth and v0.1/alex.pth (and, for "
+                                            "--lpips-vgg, vgg16_features.pth and v0.1/vgg.pth) "
+                                            "(env VQWAE_LPIPS_WEIGHTS)."),
     fid: bool = Opt(True, "--fid/--no-fid", help="Compute rFID."),
     lpips: bool = Opt(True, "--lpips/--no-lpips", help="Compute LPIPS."),
+    lpips_vgg: bool = Opt(False, "--lpips-vgg/--no-lpips-vgg", help="Also compute LPIPS with the VGG16 trunk."),
     generation: bool = Opt(False, "--generation", help="Also generation FID from RUN_DIR/prior (see `vqwae prior train`)."),
     n_samples: int = Opt(1000, help="Generated images for --generation."),
     device: str = Opt("auto"),
@@ -50,7 +53,7 @@ def eval_command(
     try:
         result = evaluate_run(run_dir, split=split, limit=limit, batch_size=batch_size, resolution=res,
                               inception_weights=inception_weights, lpips_weights=lpips_weights, fid=fid,
-                              lpips=lpips, device=dev, data_root=data_root, threads=threads)
+                              lpips=lpips, lpips_vgg=lpips_vgg, device=dev, data_root=data_root, threads=threads)
         if generation:
             result = run_generation_fid(run_dir, n=n_samples, inception_weights=inception_weights,
                                         device=dev, limit=limit)

@@ -7,9 +7,10 @@
 DatasetInfo(name='digits', channels=1, image_size=32, num_classes=10)
 
 Datasets (:data:`DATASETS`): ``mnist`` (1x32x32), ``cifar10`` (3x32x32, python batches or JPEG
-tree), ``svhn`` (3x32x32), ``celeba`` (3x64x64), ``imagefolder`` (3xSxS, any images), ``digits``
-(1x32x32, scikit-learn's embedded digits). Each module documents its layouts and splits.
-Splits are held in memory as one tensor (:class:`ImageTensorDataset`); decoded JPEG folders
+tree), ``svhn`` (3x32x32), ``celeba`` (3x64x64), ``ffhq`` and ``celebahq`` (3x256x256), ``imagefolder`` (3xSxS,
+any images), ``digits`` (1x32x32, scikit-learn's embedded digits). Each module documents its layouts and
+splits. Splits are held in memory as one tensor (:class:`ImageTensorDataset`), except FFHQ and CelebA-HQ,
+read from their files on each access (:class:`~vqwae.data.images.ImageFileDataset`); decoded JPEG folders
 are cached under ``$VQWAE_CACHE`` (default ``~/.cache/vqwae``).
 """
 from .base import (CorruptImageError, DatasetInfo, DatasetNotFoundError, ImageTensorDataset,

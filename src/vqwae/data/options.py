@@ -9,13 +9,13 @@ from vqwae.options import check_fields, option
 
 @dataclass(frozen=True)
 class DataOptions:
-    dataset: str = option("mnist", "mnist | fashionmnist | kmnist | cifar10 | svhn | celeba | imagefolder | digits "
+    dataset: str = option("mnist", "mnist | fashionmnist | kmnist | cifar10 | svhn | celeba | ffhq | celebahq | imagefolder | digits "
                           "(vqwae.data.DATASETS)")
     data_root: str | None = option(None, "local copy of the dataset, e.g. ../shared/data (None: torchvision's "
                                    "default, with --download)")
     download: bool = option(False, "let torchvision download the dataset when online")
     image_size: int | None = option(None, "resize images to this side (None: the dataset's native size: 32; 64 for "
-                                    "CelebA and image folders)", min=1)
+                                    "CelebA and image folders; 256 for FFHQ and CelebA-HQ)", min=1)
     train_limit: int | None = option(None, "use the first N training images (None: all)", min=1)
     eval_limit: int | None = option(None, "use the first N validation and test images (None: all)", min=1)
     skip_unreadable: bool = option(False, "imagefolder: leave out (and count) image files that cannot be decoded "

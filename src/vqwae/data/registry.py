@@ -12,7 +12,7 @@ from typing import Callable
 
 from torch.utils.data import Subset
 
-from . import celeba, cifar10, digits, imagefolder, mnist, svhn
+from . import celeba, celebahq, cifar10, digits, ffhq, imagefolder, mnist, svhn
 from .base import ImageTensorDataset, Splits, not_found
 
 __all__ = ["DATASETS", "load_splits", "load_split", "register_dataset", "LOADERS", "normalise_name"]
@@ -20,7 +20,8 @@ __all__ = ["DATASETS", "load_splits", "load_split", "register_dataset", "LOADERS
 Loader = Callable[..., Splits]
 
 _MODULES = {"mnist": mnist.MNIST, "fashionmnist": mnist.FASHION_MNIST, "kmnist": mnist.KMNIST, "cifar10": cifar10,
-            "svhn": svhn, "celeba": celeba, "imagefolder": imagefolder, "digits": digits}
+            "svhn": svhn, "celeba": celeba, "ffhq": ffhq, "celebahq": celebahq, "imagefolder": imagefolder,
+            "digits": digits}
 LOADERS: dict[str, Loader] = {name: m.load for name, m in _MODULES.items()}
 #: The valid dataset names (``load_splits`` also accepts them in any case, with ``-`` / ``_``).
 #: A list updated in place by :func:`register_dataset`, so every importer sees additions.
@@ -64,7 +65,7 @@ def load_splits(name: str, root: str | os.PathLike | None, *, train_limit: int |
         download: let torchvision download the data into ``root`` if it is missing (needs
             network; mnist, cifar10, svhn, celeba).
         image_size: side of the served square images; default per dataset (32 for mnist,
-            cifar10, svhn, digits; 64 for celeba and imagefolder). Resized in bulk when set.
+            cifar10, svhn, digits; 64 for celeba and imagefolder; 256 for ffhq and celebahq). Resized in bulk when set.
         seed: seed of the permutation splits (digits, imagefolder); official splits ignore it.
         skip_unreadable: leave out (and count, on stderr) image files that cannot be decoded
             instead of raising CorruptImageError (imagefolder).

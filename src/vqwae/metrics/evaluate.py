@@ -5,9 +5,9 @@ labels) with images in [0, 1], clamps the reconstructions to [0, 1] and accumula
 
 * ``mse``: mean squared error over all pixels, always at the **native** resolution (the paper's
   "test MSE");
-* ``psnr``, ``ssim``, ``lpips``: per image, averaged over images, at ``resolution`` (``"native"``
-  or ``256``: bilinear upsampling first, as the authors do for 32x32 images) -- see
-  :mod:`vqwae.metrics.image` and :mod:`vqwae.metrics.lpips`;
+* ``psnr``, ``ssim``, ``lpips`` (AlexNet) and, when asked for, ``lpips_vgg`` (VGG16): per image,
+  averaged over images, at ``resolution`` (``"native"`` or ``256``: bilinear upsampling first, as
+  the authors do for 32x32 images) -- see :mod:`vqwae.metrics.image` and :mod:`vqwae.metrics.lpips`;
 * ``rfid``: FID between the real images and their reconstructions (InceptionV3 pool3 features at
   299x299 from the native images, :mod:`vqwae.metrics.fid`); the real statistics come from the
   :class:`~vqwae.metrics.fid.FIDStatsCache` when ``real_stats_cache_key`` is given (and are stored
@@ -69,6 +69,7 @@ def evaluate_reconstructions(
     device: str | torch.device,
     resolution: Resolution = "native",
     lpips_net: LPIPS | str | None = None,
+    lpips_vgg_net: LPIPS | str | None = None,
     inception: InceptionFeatures | str | None = None,
     real_stats_cache_key: StatsKey | None = None,
     limit: int | None = None,
@@ -88,6 +89,8 @@ def evaluate_reconstructions(
         resolution: ``"native"`` or ``256`` for PSNR / SSIM / LPIPS (MSE is always native).
         lpips_net: an :class:`~vqwae.metrics.lpips.LPIPS`, ``"auto"`` (:func:`load_lpips` with its
             default resolution: ``$VQWAE_LPIPS_WEIGHTS``, then download) or None (skip LPIPS).
+        lpips_vgg_net: the same for LPIPS-VGG (``load_lpips(net="vgg")``); None leaves ``lpips_vgg``
+            out of the result unless ``skip_reasons`` has a reason for it.
         inception: an :class:`~vqwae.metrics.fid.InceptionFeatures`, ``"auto"`` or None (skip rFID).
         real_stats_cache_key: if given, the real-image statistics are read from / written to
             ``stats_cache`` (default :class:`FIDStatsCache` at ``~/.cache/vqwae/fid``) under this key
@@ -96,13 +99,13 @@ def evaluate_reconstructions(
         limit: evaluate at most this many images.
         progress: show a tqdm progress bar on stderr.
         skip_reasons: reasons to report for metrics whose network is None, e.g. the reason
-            returned by :func:`load_lpips` (``{"lpips": why, "rfid": why}``).
+            returned by :func:`load_lpips` (``{"lpips": why, "lpips_vgg": why, "rfid": why}``).
         num_threads: torch CPU threads during the evaluation when ``device`` is the CPU (default:
             :func:`~vqwae.threads.default_num_threads`); restored afterwards.
 
     Returns keys ``num_images, resolution, mse, psnr, ssim, lpips, rfid, perplexity, codes_used,
     num_codes, code_counts, seconds`` (+ ``lpips_skipped`` / ``rfid_skipped``, + ``rfid_real_stats``:
-    "cache" or "computed").
+    "cache" or "computed"; + ``lpips_vgg`` when asked for: its value, or None and ``lpips_vgg_skipped``).
     """
     resolution = check_resolution(resolution)
     device = torch.device(device)
@@ -115,6 +118,12 @@ def evaluate_reconstructions(
         lpips_net, why = load_lpips(device=device)
         if why:
             reasons["lpips"] = why
+    if isinstance(lpips_vgg_net, str):
+        if lpips_vgg_net != _AUTO:
+            raise ValueError(f"lpips_vgg_net must be an LPIPS module, 'auto' or None, got {lpips_vgg_net!r}")
+        lpips_vgg_net, why = load_lpips(net="vgg", device=device)
+        if why:
+            reasons["lpips_vgg"] = why
     if isinstance(inception, str):
         if inception != _AUTO:
             raise ValueError(f"inception must be an InceptionFeatures, 'auto' or None, got {inception!r}")
@@ -123,6 +132,8 @@ def evaluate_reconstructions(
             reasons["rfid"] = why
     if lpips_net is not None:
         lpips_net = lpips_net.to(device).eval()
+    if lpips_vgg_net is not None:
+        lpips_vgg_net = lpips_vgg_net.to(device).eval()
     if inception is not None:
         inception.to(device)
 
@@ -138,7 +149,7 @@ def evaluate_reconstructions(
     usage = CodeUsage(num_codes, device=device)
     n_images = 0
     sq_err_sum, n_values = 0.0, 0
-    psnr_sum = ssim_sum = lpips_sum = 0.0
+    psnr_sum = ssim_sum = lpips_sum = lpips_vgg_sum = 0.0
     real_feats: list[torch.Tensor] = []
     fake_feats: list[torch.Tensor] = []
 
@@ -172,6 +183,8 @@ def evaluate_reconstructions(
                 ssim_sum += float(ssim_per_image(a, b).double().sum())
                 if lpips_net is not None:
                     lpips_sum += float(lpips_net(a, b, normalize=True).double().sum())
+                if lpips_vgg_net is not None:
+                    lpips_vgg_sum += float(lpips_vgg_net(a, b, normalize=True).double().sum())
                 if inception is not None:
                     if real_stats is None:
                         real_feats.append(inception(x))
@@ -193,6 +206,10 @@ def evaluate_reconstructions(
     )
     if lpips_net is None:
         result["lpips_skipped"] = reasons.get("lpips", "no LPIPS network given (see vqwae.metrics.lpips.load_lpips)")
+    if lpips_vgg_net is not None:
+        result["lpips_vgg"] = lpips_vgg_sum / n_images
+    elif "lpips_vgg" in reasons:
+        result.update(lpips_vgg=None, lpips_vgg_skipped=reasons["lpips_vgg"])
 
     if inception is None:
         result["rfid"] = None

@@ -4,6 +4,8 @@
 a 1x1 projection to D channels -> latent D x 8 x 8. The decoder mirrors it with transposed convolutions.
 64x64 inputs (CelebA): the same trunk with batch norm and 6 residual blocks -> latent D x 16 x 16.
 Inputs are in [0, 1] with no normalisation; conv weights start from N(0, 0.02) as in the authors' code.
+``arch="vqgan"``: the taming-transformers encoder / decoder (:mod:`vqwae.models.vqgan`), any image size that
+its downsampling factor divides, for the paper's FFHQ row.
 """
 from __future__ import annotations
 
@@ -14,31 +16,73 @@ from torch import nn
 
 from vqwae.options import check_fields, option
 
-ARCHITECTURES = ("conv32", "conv64")
+ARCHITECTURES = ("conv32", "conv64", "vqgan")
+
+
+def int_list(text: str, name: str) -> tuple[int, ...]:
+    """'1,1,2,2,4' -> (1, 1, 2, 2, 4); '' -> (). A one-line error naming the option otherwise."""
+    try:
+        values = tuple(int(v) for v in str(text).replace(" ", "").split(",") if v)
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated integers, got {text!r}") from None
+    if any(v < 1 for v in values):
+        raise ValueError(f"{name} must hold positive integers, got {text!r}")
+    return values
 
 
 @dataclass(frozen=True)
 class NetworkOptions:
     """The network options a training run sets (its ``network`` section); the rest follows from the data."""
 
+    arch: str = option("auto", "auto: the paper's conv32 / conv64 by image size | vqgan: the taming-transformers "
+                       "encoder / decoder (any size its factor divides)", choices=("auto", "vqgan"))
     authors_quirks: bool = option(False, "conv32: the authors' shared residual weights and in-place ReLU")
+    # vqgan only (taming's defaults: the paper's FFHQ network, f = 16):
+    ch: int = option(128, "vqgan: channels of the first level", min=1)
+    ch_mult: str = option("1,1,2,2,4", "vqgan: channel multiplier per level; f = 2^(levels - 1)")
+    num_res_blocks: int = option(2, "vqgan: residual blocks per level", min=1)
+    attn_resolutions: str = option("16", "vqgan: feature-map sides with self-attention ('' for none)")
+    z_channels: int = option(256, "vqgan: channels before the 1x1 projection to D", min=1)
 
     def __post_init__(self):
         check_fields(self)
+        int_list(self.ch_mult, "ch_mult")
+        int_list(self.attn_resolutions, "attn_resolutions")
+        if not int_list(self.ch_mult, "ch_mult"):
+            raise ValueError("ch_mult needs at least one level")
 
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    arch: str = option("conv32", "conv32 (latent 8x8) | conv64 (CelebA, latent 16x16)", choices=ARCHITECTURES)
+    arch: str = option("conv32", "conv32 (latent 8x8) | conv64 (CelebA, latent 16x16) | vqgan", choices=ARCHITECTURES)
     in_channels: int = option(3, "image channels (1 for MNIST)", min=1)
     hidden: int = option(128, "channels of the trunk", min=1)
     res_hidden: int = option(32, "bottleneck channels inside a residual layer", min=1)
     num_res_layers: int = option(2, "2 for conv32, 6 for conv64 (the paper's CelebA encoder)", min=0)
     latent_dim: int = option(64, "D, must equal the quantizer's dim", min=1)
     authors_quirks: bool = option(False, "conv32: the authors' shared residual weights and in-place ReLU")
+    # vqgan only (see NetworkOptions):
+    image_size: int | None = option(None, "vqgan: image side (sets where attention sits)", min=1)
+    ch: int = option(128, "vqgan: channels of the first level", min=1)
+    ch_mult: str = option("1,1,2,2,4", "vqgan: channel multiplier per level")
+    num_res_blocks: int = option(2, "vqgan: residual blocks per level", min=1)
+    attn_resolutions: str = option("16", "vqgan: feature-map sides with self-attention")
+    z_channels: int = option(256, "vqgan: channels before the 1x1 projection to D", min=1)
 
     def __post_init__(self):
         check_fields(self)
+        if self.arch == "vqgan" and self.image_size is None:
+            raise ValueError("a vqgan network needs image_size")
+
+    @property
+    def factor(self) -> int:
+        """Downsampling factor f: image side / latent side."""
+        return 2 ** (len(int_list(self.ch_mult, "ch_mult")) - 1) if self.arch == "vqgan" else 4
+
+    def latent_side(self, image_size: int) -> int:
+        if image_size % self.factor:
+            raise ValueError(f"image size {image_size} is not divisible by the network's factor {self.factor}")
+        return image_size // self.factor
 
 
 class Residual(nn.Module):
@@ -130,7 +174,14 @@ def init_weights(module: nn.Module) -> None:
                 nn.init.zeros_(m.bias)
 
 
-def build_networks(cfg: NetworkConfig) -> tuple[Encoder, Decoder]:
+def build_networks(cfg: NetworkConfig) -> tuple[nn.Module, nn.Module]:
+    if cfg.arch == "vqgan":
+        from vqwae.models.vqgan import VQGANDecoder, VQGANEncoder
+
+        sizes = dict(ch=cfg.ch, ch_mult=int_list(cfg.ch_mult, "ch_mult"), num_res_blocks=cfg.num_res_blocks,
+                     attn_resolutions=int_list(cfg.attn_resolutions, "attn_resolutions"),
+                     resolution=cfg.image_size, z_channels=cfg.z_channels, latent_dim=cfg.latent_dim)
+        return VQGANEncoder(cfg.in_channels, **sizes), VQGANDecoder(cfg.in_channels, **sizes)  # taming's init
     enc, dec = Encoder(cfg), Decoder(cfg)
     init_weights(enc)
     init_weights(dec)

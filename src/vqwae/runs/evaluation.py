@@ -25,23 +25,27 @@ SSIM_WINDOW = "uniform 11x11 (valid region), data_range 1"
 
 
 @functools.lru_cache(maxsize=4)
-def _metric_networks(inception_weights, lpips_weights, device: str, fid: bool, lpips: bool):
-    """Load the LPIPS and Inception networks once per process (reproduce evaluates dozens of runs)."""
+def _metric_networks(inception_weights, lpips_weights, device: str, fid: bool, lpips: bool, lpips_vgg: bool):
+    """Load the LPIPS, LPIPS-VGG and Inception networks once per process (reproduce evaluates dozens of runs)."""
     reasons: dict[str, str] = {}
-    lpips_net = inception = None
+    lpips_net = lpips_vgg_net = inception = None
     if lpips:
         lpips_net, why = load_lpips(lpips_weights, device=device)
         if why:
             reasons["lpips"] = why
     else:
         reasons["lpips"] = "disabled (--no-lpips)"
+    if lpips_vgg:  # off by default: no key, no message
+        lpips_vgg_net, why = load_lpips(lpips_weights, net="vgg", device=device)
+        if why:
+            reasons["lpips_vgg"] = why
     if fid:
         inception, why = load_inception(inception_weights, device=device)
         if why:
             reasons["rfid"] = why
     else:
         reasons["rfid"] = "disabled (--no-fid)"
-    return lpips_net, inception, reasons
+    return lpips_net, lpips_vgg_net, inception, reasons
 
 
 def evaluate_run(
@@ -55,14 +59,15 @@ def evaluate_run(
     lpips_weights: str | None = None,
     fid: bool = True,
     lpips: bool = True,
+    lpips_vgg: bool = False,
     device: str = "auto",
     data_root: str | None = None,
     progress: bool = True,
     pictures: bool = True,
     threads: int | None = None,
 ) -> dict:
-    """Compute mse, psnr, ssim, lpips, rfid, perplexity and codes used on ``split``; write eval.json
-    (merged), the reconstruction grid, the usage histogram (with pi for VQ-WAE) and the training curves."""
+    """Compute mse, psnr, ssim, lpips (+ lpips_vgg when asked), rfid, perplexity and codes used on ``split``; write
+    eval.json (merged), the reconstruction grid, the usage histogram (with pi for VQ-WAE) and the training curves."""
     run_dir = Path(run_dir)
     if split not in ("val", "test"):
         raise ValueError(f"unknown split {split!r}; valid: 'val', 'test'")
@@ -73,7 +78,8 @@ def evaluate_run(
     data, _ = layout.load_run_split(run_dir, split, limit=limit, data_root=root, cfg=cfg)
     loader = DataLoader(data, batch_size=batch_size, shuffle=False)
 
-    lpips_net, inception, reasons = _metric_networks(inception_weights, lpips_weights, str(dev), fid, lpips)
+    lpips_net, lpips_vgg_net, inception, reasons = _metric_networks(inception_weights, lpips_weights, str(dev), fid,
+                                                                     lpips, lpips_vgg)
     reasons = dict(reasons)
     for metric, why in reasons.items():
         print(f"skipping {metric}: {why}", flush=True)
@@ -82,7 +88,8 @@ def evaluate_run(
         key = real_stats_key(cfg, split, limit, data, root)
     t0 = time.perf_counter()
     result = evaluate_reconstructions(model, loader, num_codes=model.quantizer.num_codes, device=dev,
-                                      resolution=resolution, lpips_net=lpips_net, inception=inception,
+                                      resolution=resolution, lpips_net=lpips_net, lpips_vgg_net=lpips_vgg_net,
+                                      inception=inception,
                                       real_stats_cache_key=key, progress=progress, skip_reasons=reasons,
                                       stats_cache=FIDStatsCache() if key else None, num_threads=threads)
     counts = result.pop("code_counts")

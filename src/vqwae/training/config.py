@@ -6,7 +6,8 @@
     │   ├── vqwae    WassersteinOptions  (vqwae.quantizers.wasserstein)
     │   ├── vqvae    VectorOptions       (vqwae.quantizers.vector)
     │   └── sqvae    StochasticOptions   (vqwae.quantizers.stochastic)
-    ├── network      NetworkOptions      (vqwae.models.networks)
+    ├── network      NetworkOptions      (vqwae.models.networks: the paper's networks or VQGAN's)
+    ├── gan          AdversarialOptions  (vqwae.training.adversarial: VQGAN's losses, with arch=vqgan)
     ├── optim        epochs, batch size, Adam, the plateau schedule, max_steps
     ├── data         DataOptions         (vqwae.data.options)
     └── run          out, seed, device, precision, preset
@@ -33,6 +34,7 @@ from vqwae.options import check_fields, from_flat, option, section, to_flat, to_
 from vqwae.quantizers import (CodebookShape, StochasticConfig, StochasticOptions, VectorConfig, VectorOptions,
                               WassersteinConfig, WassersteinOptions, upgrade_quantizer_config)
 from vqwae.quantizers.stochastic import initial_log_var
+from vqwae.training.adversarial import AdversarialOptions
 
 MODELS = ("vqwae", "vqvae", "sqvae")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -47,6 +49,14 @@ PRESETS: dict[str, dict] = {
     "paper": dict(solver="exact", shared_pi=False, ws_weight=1e-3, kl_weight=1.0, kl_reduction="mean",
                   pi_init="uniform", learn_pi=True, codebook_init="normal", codebook_update="gradient", lr=1e-3,
                   batch_size=32, epochs=100),
+    # The paper's FFHQ row (Table 1): VQGAN's network and losses (taming's faces configuration: f = 16,
+    # attention at 16x16, disc_start 30001, disc_weight 0.8), K 1024 x D 256 on 256x256 images, batch 32 and 100
+    # epochs (App. D), beta 0.25 and lambda 1e-3, lambda_r 1 (Sec. 5). The learning rate is taming's
+    # 4.5e-6 per image of the batch (1.44e-4 at 32): the paper's 1e-3 is for its small networks.
+    "ffhq": dict(arch="vqgan", dataset="ffhq", image_size=256, num_codes=1024, dim=256, ch=128,
+                 ch_mult="1,1,2,2,4", num_res_blocks=2, attn_resolutions="16", z_channels=256,
+                 perceptual_weight=1.0, disc_weight=0.8, disc_start=30001, beta=0.25, ws_weight=1e-3,
+                 kl_weight=1.0, lr=4.5e-6 * 32, batch_size=32, epochs=100),
 }
 
 
@@ -101,6 +111,7 @@ class TrainConfig:
     model: str = option("vqwae", "the method", choices=MODELS)
     quantizer: QuantizerOptions = section(QuantizerOptions)
     network: NetworkOptions = section(NetworkOptions)
+    gan: AdversarialOptions = section(AdversarialOptions)
     optim: OptimOptions = section(OptimOptions)
     data: DataOptions = section(DataOptions)
     run: RunOptions = section(RunOptions)
@@ -155,12 +166,21 @@ class TrainConfig:
 
     # ---- what the run builds ------------------------------------------------------------------------
     def network_config(self, channels: int, image_size: int) -> NetworkConfig:
-        """The paper's network for the image size (conv32 -> 8x8 latents, conv64 -> 16x16)."""
+        """The network for the image size: the paper's (conv32 -> 8x8 latents, conv64 -> 16x16), or with
+        ``arch=vqgan`` the taming encoder / decoder (image_size / f latents)."""
+        net = self.network
+        if net.arch == "vqgan":
+            sizes = {k: v for k, v in dataclasses.asdict(net).items() if k not in ("arch", "authors_quirks")}
+            cfg = NetworkConfig(arch="vqgan", in_channels=channels, latent_dim=self.quantizer.dim,
+                                image_size=image_size, **sizes)
+            cfg.latent_side(image_size)  # a size the factor does not divide: one line, before anything is built
+            return cfg
         if image_size not in (32, 64):
-            raise ValueError(f"the paper's networks take 32x32 or 64x64 images, got {image_size} (set --image-size)")
+            raise ValueError(f"the paper's networks take 32x32 or 64x64 images, got {image_size} "
+                             "(set --image-size, or --arch vqgan for other sizes)")
         arch = "conv32" if image_size == 32 else "conv64"
         return NetworkConfig(arch=arch, in_channels=channels, num_res_layers=2 if arch == "conv32" else 6,
-                             latent_dim=self.quantizer.dim, **dataclasses.asdict(self.network))
+                             latent_dim=self.quantizer.dim, authors_quirks=net.authors_quirks)
 
     def quantizer_config(self, latent_positions: int) -> tuple[str, object]:
         """The quantizer registry name and its config object for this run."""

@@ -12,6 +12,10 @@ Every step: encode, quantize (the quantizer's loss terms are computed there), de
 everything (encoder, decoder, codebook, pi). Once per epoch: validation MSE and code usage on the whole
 validation split, ReduceLROnPlateau on validation MSE, the best model saved by validation MSE, one line of
 metrics.jsonl, and the resumable state (atomically).
+
+With ``--arch vqgan`` the reconstruction term is VQGAN's (L1 + LPIPS-VGG + the adaptive hinge adversary,
+:mod:`vqwae.training.adversarial`), a discriminator step follows each autoencoder step once ``disc_start``
+is reached, both Adams use betas (0.5, 0.9), and the learning rate stays constant (taming has no schedule).
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from vqwae.runs import layout
 from vqwae.runs.lock import hold_run_folder
 from vqwae.threads import cpu_threads, default_num_threads
 from vqwae.training import checkpoint
+from vqwae.training.adversarial import BETAS, AdversarialLoss
 from vqwae.training.logger import build_logger
 from vqwae.training.config import TrainConfig
 
@@ -58,9 +63,9 @@ class TrainResult:
 
 
 def build_model(cfg: TrainConfig, channels: int, image_size: int) -> VQAutoencoder:
-    """The paper's network for the image size (conv32 -> 8x8 latents, conv64 -> 16x16) and the quantizer."""
+    """The network for the image size (``TrainConfig.network_config``) and the quantizer."""
     net = cfg.network_config(channels, image_size)
-    kind, qcfg = cfg.quantizer_config(latent_positions=(image_size // 4) ** 2)
+    kind, qcfg = cfg.quantizer_config(latent_positions=net.latent_side(image_size) ** 2)
     encoder, decoder = build_networks(net)
     return VQAutoencoder(encoder, build_quantizer(kind, qcfg), decoder, net)
 
@@ -113,6 +118,20 @@ def _autocast_factory(precision: str, device: torch.device):
         return lambda: torch.autocast(device.type, enabled=False)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+def build_adversarial(cfg: TrainConfig, channels: int, device: torch.device) -> AdversarialLoss | None:
+    """VQGAN's discriminator and perceptual loss for an ``arch=vqgan`` run (None otherwise). A run that needs
+    LPIPS-VGG and cannot find its weights stops here, before anything is written."""
+    if cfg.network.arch != "vqgan":
+        return None
+    gan = cfg.gan
+    perceptual = None
+    if gan.perceptual_weight > 0:
+        from vqwae.metrics.lpips import require_lpips
+
+        perceptual = require_lpips(gan.lpips_weights, net="vgg", download=cfg.data.download, device=device)
+    return AdversarialLoss(gan, channels, perceptual, cfg.optim.lr).to(device)
 
 
 def _wrap_ddp(model: VQAutoencoder) -> DDP:
@@ -191,7 +210,9 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
     # ---- model and optimisation (identical initialisation on every rank) --------------------------------
     torch.manual_seed(run.seed)
     model = build_model(cfg, info.channels, info.image_size).to(device)
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=opt.lr)
+    gan = build_adversarial(cfg, info.channels, device)
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=opt.lr,
+                                 **({"betas": BETAS} if gan is not None else {}))
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=opt.lr_factor,
                                                            patience=opt.lr_patience)
     scaler = torch.amp.GradScaler(device.type, enabled=run.precision == "fp16" and device.type == "cuda")
@@ -205,6 +226,10 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
             raise ValueError(f"cannot resume: {run_dir / layout.STATE} does not match this configuration: {e}") from e
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
+        if gan is not None:
+            if "gan" not in state:
+                raise ValueError(f"cannot resume: {run_dir / layout.STATE} holds no discriminator state")
+            gan.load_state_dict(state["gan"])
         start_epoch, step, best = state["epoch"], state["step"], state["best_val_mse"]
         checkpoint.set_rng_state(state["rng"])
     else:
@@ -216,6 +241,8 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
         # written) are written again by this run.
         layout.truncate_metrics(run_dir, start_epoch)
     ddp_model = _wrap_ddp(model) if dist_info.enabled else model
+    if gan is not None and dist_info.enabled:
+        gan.wrap_ddp(DDP)
     logger = scope.enter_context(contextlib.closing(build_logger(run.logger, run_dir, main)))
     if progress is None:
         progress = main and sys.stderr.isatty()
@@ -237,7 +264,13 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
             x = x.to(device, non_blocking=True)
             with autocast():
                 x_hat, out = ddp_model(x)
-            recon = model.reconstruction_loss(x_hat.float(), x)
+            terms: dict = {}
+            if gan is None:
+                recon = model.reconstruction_loss(x_hat.float(), x)
+            else:
+                with autocast():
+                    recon, terms = gan.generator_terms(x, x_hat.float(), model.decoder.last_layer, step)
+                recon = recon.float()
             loss = recon + out.loss
             if not torch.isfinite(loss):
                 raise TrainingDiverged(
@@ -249,15 +282,18 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
             scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
+            if gan is not None:
+                with autocast():
+                    terms.update(gan.discriminator_step(x, x_hat.detach().float(), step))
             step += 1
-            logger.step(step, {"loss": loss, "recon": recon, **out.losses, "perplexity": out.perplexity})
+            logger.step(step, {"loss": loss, "recon": recon, **out.losses, **terms, "perplexity": out.perplexity})
             b = x.shape[0]
             seen += b
             with torch.no_grad():
                 sums["loss"] += loss.detach() * b
                 sums["recon"] += recon.detach() * b
                 sums["mse"] += torch.nn.functional.mse_loss(x_hat.detach().float(), x) * b
-                for name, value in out.losses.items():
+                for name, value in {**out.losses, **terms}.items():
                     sums[name] += value.detach() * b
                 sums["perplexity"] += out.perplexity * b
             if progress:
@@ -281,7 +317,8 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
                         "images_per_second": float(totals[0]) / max(train_seconds, 1e-9)})
         if opt.max_steps is not None and step >= opt.max_steps and i + 1 < len(batches):
             metrics["partial_epoch"] = True
-        scheduler.step(metrics["val/mse"])
+        if gan is None:
+            scheduler.step(metrics["val/mse"])
         last = metrics
         completed = epoch + 1
         if main:
@@ -292,7 +329,8 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
             logger.epoch(step, metrics)
             checkpoint.save_state(run_dir / layout.STATE, model=model.state_dict(), optimizer=optimizer.state_dict(),
                                   scheduler=scheduler.state_dict(), epoch=epoch + 1, step=step,
-                                  best_val_mse=best, config=cfg.to_dict())
+                                  best_val_mse=best, config=cfg.to_dict(),
+                                  **({"gan": gan.state_dict()} if gan is not None else {}))
             print(f"epoch {epoch + 1}: " + ", ".join(f"{k} {v:.5g}" for k, v in metrics.items()
                                                      if isinstance(v, float) and not k.startswith("train/")),
                   flush=True)
