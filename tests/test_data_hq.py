@@ -96,3 +96,13 @@ def test_celebahq_missing_layout_names_both(tmp_path):
     with pytest.raises(DatasetNotFoundError) as e:
         load_splits("celebahq", tmp_path)
     assert "CelebA-HQ-img" in str(e.value) and "celeba_hq" in str(e.value)
+
+
+def test_ffhq_under_a_data_root_and_not_mistaken_for_a_class_tree(tmp_path):
+    for n in (0, 1):  # a CIFAR-like class tree of numbered JPEGs is not FFHQ
+        write(tmp_path / "cifar10-jpeg" / "train" / "cat" / f"{n:04d}.jpg", 10)
+    with pytest.raises(DatasetNotFoundError, match="no image files found"):
+        load_splits("ffhq", tmp_path)
+    for n in (0, 60_000, 65_000):
+        write(tmp_path / "ffhq" / "thumbnails128x128" / f"{n:05d}.png", 77)
+    assert grey(load_splits("ffhq", tmp_path, image_size=8).test[0][0]) == 77

@@ -15,7 +15,8 @@ Opt = typer.Option
 
 def reproduce_command(
     experiment: str = Opt("all", help="recon | codebook-size | pi-init | lambda | probe | generation | "
-                                      "controllability | tsne | all (comma-separated for several)"),
+                                      "controllability | tsne | ffhq (VQGAN vs VQ-WAE in VQGAN, on FFHQ under "
+                                      "--data-root) | all (comma-separated for several)"),
     datasets: str = Opt("mnist,cifar10", help="Comma-separated: mnist, cifar10, svhn, celeba, digits, ..."),
     budget: str = Opt("smoke", help="smoke (minutes, a test) | cpu (hours on 2 CPU cores) | full (the paper's)"),
     data_root: str | None = Opt(None, help="Folder holding the datasets (e.g. ../shared/data)."),

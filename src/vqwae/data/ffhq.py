@@ -5,8 +5,9 @@ at least ``image_size`` (so 256 is read from 1024 rather than upsampled from 128
 
 * ``ROOT/images1024x1024/`` : the official 1024x1024 images, flat or in the ``00000/ ... 69000/`` subfolders;
 * ``ROOT/thumbnails128x128/`` : the official 128x128 thumbnails, likewise;
-* any other folder of numbered images under ``ROOT`` (e.g. a 256x256 export such as ``ROOT/ffhq256/``), or
-  ``ROOT`` itself holding them.
+* any other folder holding numbered images directly (e.g. a 256x256 export such as ``ROOT/ffhq256/``), or
+  ``ROOT`` itself holding them;
+* any of these under ``ROOT/ffhq/`` (a folder holding every dataset).
 
 Splits, by file number (stated and deterministic): train 00000-59999 (60,000: taming-transformers' FFHQ
 training list), val 60000-64999 and test 65000-69999 (taming's 10,000 validation images, halved). A partial
@@ -32,6 +33,7 @@ LAYOUTS = [
     "ROOT/images1024x1024/[NNN00/]NNNNN.png (the official images; split by number)",
     "ROOT/thumbnails128x128/[NNN00/]NNNNN.png (the official thumbnails)",
     "ROOT/<folder>/NNNNN.{png,jpg} or ROOT/NNNNN.{png,jpg} (e.g. a 256x256 export)",
+    "any of these under ROOT/ffhq/",
 ]
 HOW = ("download FFHQ from https://github.com/NVlabs/ffhq-dataset (download_ffhq.py --images or --thumbs) and "
        "pass its folder as --data-root")
@@ -55,21 +57,25 @@ def _native_side(folder: Path, files: list[str]) -> int:
         return min(im.size)
 
 
-def _candidates(root: Path) -> list[tuple[Path, list[str]]]:
-    """(folder, its images) for each folder that may hold FFHQ: the official ones when present, else any
-    subfolder of images, else ROOT's own images."""
-    def with_images(dirs):
-        return [(d, fs) for d in dirs if d.is_dir() and not d.name.startswith(".") for fs in [list_images(d)] if fs]
+def _own_images(folder: Path) -> list[str]:
+    """The image files directly in ``folder`` (not in its subfolders), sorted."""
+    return sorted(os.path.join(str(folder), f.name) for f in os.scandir(folder)
+                  if f.is_file() and f.name.lower().endswith(IMG_EXTENSIONS) and not f.name.startswith("."))
 
-    official = with_images(root / k for k in KNOWN)
+
+def _candidates(root: Path) -> list[tuple[Path, list[str]]]:
+    """(folder, its images) for each folder that may hold FFHQ: the official ones when present; else any
+    subfolder holding numbered images directly (a class tree such as CIFAR-10's is not FFHQ); else ROOT's own."""
+    official = [(d, fs) for d in (root / k for k in KNOWN) if d.is_dir() for fs in [list_images(d)] if fs]
     if official:
         return official
-    others = with_images(sorted(p for p in root.iterdir() if p.is_dir()))
-    if others:
-        return others
-    own = sorted(os.path.join(str(root), f.name) for f in os.scandir(root)
-                 if f.is_file() and f.name.lower().endswith(IMG_EXTENSIONS) and not f.name.startswith("."))
-    return [(root, own)] if own else []
+    others = []
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        files = _own_images(d)
+        if files and os.path.splitext(os.path.basename(files[0]))[0].isdigit():
+            others.append((d, files))
+    own = _own_images(root)
+    return others or ([(root, own)] if own else [])
 
 
 def split_by_number(files: dict[int, str], starts: tuple[int, ...]) -> list[list[str]]:
@@ -84,6 +90,8 @@ def load(root, *, train_limit=None, eval_limit=None, download=False, image_size=
     root = Path(root).expanduser()
     if not root.is_dir():
         raise not_found(NAME, root, LAYOUTS, HOW, "path does not exist" if not root.exists() else "not a folder")
+    if (root / "ffhq").is_dir():  # a folder holding every dataset (--data-root ../data)
+        root = root / "ffhq"
     found = _candidates(root)
     if not found:
         raise not_found(NAME, root, LAYOUTS, HOW, "no image files found")

@@ -2,7 +2,7 @@
 
 * :mod:`~vqwae.metrics.usage`: code-usage histogram, perplexity, codes used.
 * :mod:`~vqwae.metrics.image`: per-image PSNR / SSIM (uniform 11x11 window), ``resolution`` option.
-* :mod:`~vqwae.metrics.lpips`: LPIPS (AlexNet, v0.1 heads) from local weight files.
+* :mod:`~vqwae.metrics.lpips`: LPIPS (AlexNet or VGG16, v0.1 heads) from local weight files.
 * :mod:`~vqwae.metrics.fid`: InceptionV3 features, Frechet distance, real-statistics cache.
 * :mod:`~vqwae.metrics.evaluate`: :func:`evaluate_reconstructions`, all of the above over a split.
 

@@ -21,9 +21,10 @@ from vqwae.figures import side_by_side_usage, usage_histogram
 from vqwae.metrics.fid import FIDStatsCache, load_inception
 from vqwae.quantizers.wasserstein import initial_pi
 from vqwae.reproduce import paper_numbers as P
-from vqwae.reproduce.grid import (BUDGETS, CODEBOOK_SIZES, EXPERIMENTS, LAMBDA_RS, LAMBDAS, MODELS, PAPER_DATASETS,
-                                  PI_INITS, PI_MODES, Budget, RunSpec, codebook_size_spec, lambda_spec, pi_spec,
-                                  runs_for, spec)
+from vqwae.metrics.lpips import resolve_lpips_weights
+from vqwae.reproduce.grid import (BUDGETS, CODEBOOK_SIZES, EXPERIMENTS, FFHQ_MODELS, LAMBDA_RS, LAMBDAS, MODELS,
+                                  PAPER_DATASETS, PI_INITS, PI_MODES, Budget, RunSpec, codebook_size_spec, ffhq_spec,
+                                  lambda_spec, pi_spec, runs_for, spec)
 from vqwae.reproduce.report import Claim, Section, fmt, write_report
 from vqwae.reproduce.runner import ensure_runs
 from vqwae.runs import layout
@@ -51,12 +52,19 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     available, not_run = _available(datasets, data_root)
     specs = [s for e in experiments for d in available for s in runs_for(e, d)]
     fid_specs = {s for d in available for s in runs_for("recon", d)}
+    ffhq = _ffhq_data(b, data_root, lpips_weights) if "ffhq" in experiments else (None, "")
+    if ffhq[0] is not None:
+        ffhq_runs = [ffhq_spec(ffhq[0], m, b) for m in FFHQ_MODELS]
+        specs += ffhq_runs
+        fid_specs |= set(ffhq_runs)
     results = ensure_runs(out, specs, b, data_root, jobs=jobs, device=device, fid_specs=fid_specs,
                           inception_weights=inception_weights, lpips_weights=lpips_weights, threads=threads)
     sections = []
     for i, e in enumerate(experiments, 1):
-        print(f"[reproduce] analysis {i}/{len(experiments)}: {e} ({', '.join(available)})", flush=True)
-        sections.append(ANALYSES[e](available, results, b, out, device=device, inception_weights=inception_weights))
+        print(f"[reproduce] analysis {i}/{len(experiments)}: {e} ({ffhq[0] or 'not run'})" if e == "ffhq" else
+              f"[reproduce] analysis {i}/{len(experiments)}: {e} ({', '.join(available)})", flush=True)
+        sections.append(ANALYSES[e](available, results, b, out, device=device, inception_weights=inception_weights,
+                                    ffhq=ffhq))
     skipped = not_run + [(d, "not requested (--datasets)") for d in PAPER_DATASETS if d not in datasets]
     if skipped:
         sections.append(Section("Datasets not run", "all tables", ["dataset", "reason"],
@@ -76,6 +84,20 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     md, _ = write_report(out, "VQ-WAE reproduction report", preamble, sections)
     (out / "results.json").write_text(json.dumps({s.label: r for s, r in results.items()}, indent=2, default=str))
     return md
+
+
+def _ffhq_data(b: Budget, data_root: str | None, lpips_weights: str | None) -> tuple[str | None, str]:
+    """(the dataset the FFHQ rows train on, or None; why not FFHQ itself). VQGAN's loss needs the LPIPS-VGG trunk:
+    without it locally (and no download possible) the rows are not run rather than failing the report."""
+    vgg = resolve_lpips_weights(lpips_weights, "vgg")
+    if isinstance(vgg, str):
+        return None, f"LPIPS-VGG, which VQGAN's loss needs, is missing: {vgg}"
+    try:
+        load_split("ffhq", data_root, "test", limit=1)
+        return "ffhq", ""
+    except (FileNotFoundError, OSError, ValueError) as e:
+        why = f"FFHQ is not available on this machine: {str(e).splitlines()[0]}"
+    return ("digits", why) if b.name == "smoke" else (None, why)
 
 
 def _available(datasets: list[str], data_root: str | None):
@@ -321,5 +343,49 @@ def generation(datasets, results, b: Budget, out: Path, device="auto", inception
                    notes=notes)
 
 
+def ffhq_rows(datasets, results, b: Budget, out: Path, ffhq=(None, ""), **_) -> Section:
+    """The FFHQ block of Table 1: VQGAN against VQ-WAE inside VQGAN, with reconstruction grids and usage."""
+    data, why = ffhq
+    metrics = P.FFHQ["metrics"]
+    names = {"vqvae": "VQGAN", "vqwae": "VQ-WAE (in VQGAN)"}
+    rows, claims, figures, notes = [], [], [], []
+    specs = {m: ffhq_spec(data, m, b) for m in FFHQ_MODELS} if data else {}
+    for m in FFHQ_MODELS:
+        paper = P.FFHQ["values"][m]
+        if m in specs:
+            rows.append([data, names[m]] + [_paper_pair(_get(results, specs[m], k), paper[k]) for k in metrics]
+                        + [fmt(_get(results, specs[m], "mse"))])
+        else:
+            rows.append(["ffhq", names[m]] + [f"not run ({fmt(paper[k])})" for k in metrics] + ["—"])
+    if data:
+        ppl = {m: _get(results, specs[m], "perplexity") for m in FFHQ_MODELS}
+        rfid = {m: _get(results, specs[m], "rfid") for m in FFHQ_MODELS}
+        claims.append(_claim_best(f"{data}: inside VQGAN, VQ-WAE has the higher codebook perplexity (paper: 1022 vs 423)",
+                                  {names[m]: v for m, v in ppl.items()}, names["vqwae"], lower=False))
+        claims.append(_claim_best(f"{data}: inside VQGAN, VQ-WAE has the lower rFID (paper: 4.20 vs 4.42)",
+                                  {names[m]: v for m, v in rfid.items()}, names["vqwae"], lower=True))
+        if data != "ffhq":  # a stand-in's numbers test the path; they do not bear on the paper's claims
+            claims = [Claim(c.text, None, f"not checked on a stand-in: {c.detail}") for c in claims]
+        fig = out / "figures" / f"ffhq_usage_{data}.png"
+        k = len(_usage(results, specs["vqwae"]))
+        side_by_side_usage({names[m]: _usage(results, specs[m]) for m in FFHQ_MODELS}, fig,
+                           title=f"Code usage on the {data} test split (K={k}), inside VQGAN")
+        figures.append(fig)
+        for m in FFHQ_MODELS:  # the reconstruction grids at full resolution, when the budget draws them
+            grid = layout.reconstructions_png(results[specs[m]]["run_dir"], "test")
+            if grid.exists():
+                copy = out / "figures" / f"ffhq_reconstructions_{data}_{m}.png"
+                copy.write_bytes(grid.read_bytes())
+                figures.append(copy)
+        net = ", ".join(f"{k} {v}" for k, v in sorted(dict(specs["vqwae"].settings).items()) if k != "preset")
+        notes.append(f"Configuration: the `ffhq` preset (the paper's VQGAN network and losses, K 1024 x D 256 at "
+                     f"256x256){' with ' + net if net else ''}.")
+    if why:
+        notes.append(why + ("; the smoke budget ran both rows on the embedded digits instead (a test of the path, "
+                            "not a result)." if data == "digits" else "; the paper's numbers are shown in brackets."))
+    return Section("FFHQ: VQGAN and VQ-WAE inside VQGAN", P.FFHQ["table"],
+                   ["dataset", "model"] + [f"{k} (paper)" for k in metrics] + ["mse"], rows, claims, figures, notes)
+
+
 ANALYSES = {"recon": recon, "codebook-size": codebook_size, "pi-init": pi_init, "lambda": lam, "probe": probe,
-            "generation": generation, "controllability": controllability, "tsne": tsne}
+            "generation": generation, "controllability": controllability, "tsne": tsne, "ffhq": ffhq_rows}

@@ -41,7 +41,10 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     ``threads``: CPU threads (None: vqwae.threads' default); ``position``: "[i/n] " for the progress lines."""
     values = spec.config_values(budget, data_root)
     run_dir = run_dir_for(out, spec, values)
-    cfg = TrainConfig.from_dict(dict(values, out=str(run_dir), device=device, threads=threads))
+    local = dict(out=str(run_dir), device=device, threads=threads)  # where and how, not what: outside the hash
+    if values.get("arch") == "vqgan" and lpips_weights is not None:
+        local["lpips_weights"] = lpips_weights  # VQGAN's perceptual loss
+    cfg = TrainConfig.from_dict(dict(values, **local))
     history = layout.read_metrics(run_dir)
     done = max((m.get("epoch", 0) for m in history), default=0)
     last_step = history[-1].get("step", 0) if history else 0

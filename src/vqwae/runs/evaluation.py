@@ -98,7 +98,8 @@ def evaluate_run(
     result["resolution_note"] = (f"psnr/ssim/lpips at {result['resolution']}; mse always native; "
                                  "rfid from native images resized to 299")
     layout.code_usage_json(run_dir, split).write_text(json.dumps(counts))
-    merged = layout.update_eval(run_dir, result)
+    # an earlier evaluation's optional metric does not describe this one's images
+    merged = layout.update_eval(run_dir, result, drop=("lpips_vgg", "lpips_vgg_skipped"))
     if pictures:
         _pictures(run_dir, model, data, counts, dev, split)
     return merged

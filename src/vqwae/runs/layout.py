@@ -135,9 +135,9 @@ def read_eval(run_dir: PathLike) -> dict:
     return json.loads(p.read_text()) if p.is_file() else {}
 
 
-def update_eval(run_dir: PathLike, values: dict) -> dict:
-    """Merge ``values`` into RUN_DIR/eval.json (atomically); returns the merged dict."""
-    merged = {**read_eval(run_dir), **values}
+def update_eval(run_dir: PathLike, values: dict, drop: tuple[str, ...] = ()) -> dict:
+    """Merge ``values`` into RUN_DIR/eval.json (atomically), removing the keys ``drop``; returns the merged dict."""
+    merged = {k: v for k, v in {**read_eval(run_dir), **values}.items() if k not in drop or k in values}
     atomic_write_text(Path(run_dir) / EVAL, json.dumps(merged, indent=2))
     return merged
 
