@@ -88,6 +88,9 @@ def test_vqgan_run_logs_every_term_and_resumes_exactly(tmp_path, lpips_dir, mode
                 "train/logits_real", "train/logits_fake", "val/mse", "val/perplexity"):
         assert key in lines[-1], key
     assert ("train/ws" if model == "vqwae" else "train/commitment") in lines[-1]
+    # the adversary's terms average over the steps it was on (2 of epoch 1's 4): the hinge loss of a fresh
+    # discriminator is about 1, not diluted to 1/2 by the steps before disc_start
+    assert 0.8 < lines[0]["train/disc"] < 1.2
     saved = json.loads((straight / "config.json").read_text())
     assert saved["network"]["arch"] == "vqgan" and saved["gan"]["disc_start"] == 2
 
@@ -124,3 +127,49 @@ def test_ffhq_preset_is_the_papers_row():
     assert net.factor == 16 and net.latent_side(256) == 16
     assert (cfg.gan.disc_weight, cfg.gan.disc_start, cfg.gan.perceptual_weight) == (0.8, 30001, 1.0)
     assert (cfg.optim.batch_size, cfg.optim.epochs) == (32, 100)
+
+
+def _ddp_gan_worker(rank, world, port, out, cfg, lpips):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), **{LPIPS_ENV: lpips})
+    torch.set_num_threads(1)
+    import vqwae.training.trainer as T
+
+    made = {}
+    original = T.build_adversarial
+
+    def spy(*a, **k):
+        made["gan"] = original(*a, **k)
+        return made["gan"]
+
+    T.build_adversarial = spy
+    res = train(TrainConfig.resolve(out=str(out), **cfg))
+    torch.save({"disc": made["gan"].discriminator.state_dict(), "loss": res.last_metrics["train/loss"]},
+               f"{out}/rank{rank}.pt")
+
+
+@pytest.mark.slow
+def test_ddp_vqgan_keeps_the_discriminator_identical_on_every_rank(tmp_path, lpips_dir):
+    import torch.multiprocessing as mp
+
+    cfg = dict(TINY_GAN, model="vqwae", epochs=1, max_steps=3, disc_start=1, batch_size=8)
+    port = 29700 + os.getpid() % 1000
+    mp.start_processes(_ddp_gan_worker, args=(2, port, str(tmp_path), cfg, str(lpips_dir)), nprocs=2, join=True,
+                       start_method="spawn")
+    r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1))
+    assert r0["loss"] == r1["loss"]  # the epoch's loss is reduced over ranks
+    # the weights, by averaged gradients. (BatchNorm's running statistics are rank 0's at each DDP forward and
+    # drift by a rank's last batch after it; the discriminator only ever runs in training mode, on batch
+    # statistics, so they are never used.)
+    weights = [k for k in r0["disc"] if "running_" not in k and "num_batches" not in k]
+    assert len(weights) == 10
+    for k in weights:
+        assert torch.equal(r0["disc"][k], r1["disc"][k]), k
+    state = torch.load(tmp_path / "state.pt", weights_only=True)
+    assert "gan" in state and state["step"] == 3
+
+
+def test_bf16_vqgan_run_is_finite(tmp_path, lpips_dir):
+    res = train(TrainConfig.resolve(out=str(tmp_path / "bf16"), **dict(TINY_GAN, model="vqwae", epochs=1,
+                                                                           max_steps=3, precision="bf16")))
+    assert all(v == v and abs(v) < 1e6 for k, v in res.last_metrics.items() if isinstance(v, float)), res.last_metrics

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vqwae.figures._common import PathLike, images_to_numpy, new_figure, save_png
+from vqwae.figures._common import DPI, PathLike, images_to_numpy, new_figure, save_png
 
 __all__ = ["reconstruction_grid"]
 
@@ -48,7 +48,9 @@ def reconstruction_grid(
     chunks = [(orig[i : i + nrow], rec[i : i + nrow]) for i in range(0, n, nrow)]
 
     strip_w_px = nrow * (w + pad) - pad
-    strip_in = min(10.0, 1.1 * nrow)  # inches for one strip of images
+    # inches for one strip: 1.1 per image up to 10, but never fewer pixels than the images have (256x256 VQGAN
+    # reconstructions are drawn at full resolution, not shrunk)
+    strip_in = max(min(10.0, 1.1 * nrow), strip_w_px / DPI)
     row_h = strip_in * h / strip_w_px
     head = 0.55 if title else 0.1  # inches above the first row
     fig_h = head + 2 * len(chunks) * row_h * 1.12 + 0.05

@@ -107,7 +107,8 @@ def evaluate_run(
 
 @torch.no_grad()
 def _pictures(run_dir: Path, model, data, counts, device, split: str) -> None:
-    n = min(32, len(data))
+    side = data[0][0].shape[-1]
+    n = min(32 if side < 128 else 16, len(data))  # 16 pairs of 256x256 images are already a 2k x 2k grid
     x = torch.stack([data[i][0] for i in range(n)]).to(device)
     x_hat = model(x)[0].clamp(0, 1)
     reconstruction_grid(x.cpu(), x_hat.cpu(), layout.reconstructions_png(run_dir, split),

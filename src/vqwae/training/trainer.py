@@ -258,6 +258,7 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
         loader = DataLoader(splits.train, batch_sampler=batches, num_workers=data.num_workers)
         # Running sums stay on the device: no host synchronisation per step for bookkeeping.
         sums = defaultdict(lambda: torch.zeros((), dtype=torch.float64, device=device))
+        seen_by = defaultdict(int)  # images behind each VQGAN term: the adversary's start at disc_start
         seen, t0 = 0, time.perf_counter()
         bar = tqdm(loader, desc=f"epoch {epoch + 1}/{opt.epochs}", disable=not progress, leave=False)
         for i, (x, _) in enumerate(bar):
@@ -295,6 +296,8 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
                 sums["mse"] += torch.nn.functional.mse_loss(x_hat.detach().float(), x) * b
                 for name, value in {**out.losses, **terms}.items():
                     sums[name] += value.detach() * b
+                for name in terms:
+                    seen_by[name] += b
                 sums["perplexity"] += out.perplexity * b
             if progress:
                 bar.set_postfix(loss=f"{float(loss.detach()):.4f}", ppl=f"{float(out.perplexity):.1f}",
@@ -308,10 +311,12 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
         train_seconds = time.perf_counter() - t0
 
         # ---- end of epoch: validate, schedule, save ----------------------------------------------------
-        totals = torch.stack([torch.tensor(float(seen), dtype=torch.float64, device=device), *sums.values()])
+        counts = torch.tensor([float(seen), *map(float, seen_by.values())], dtype=torch.float64, device=device)
+        totals = torch.cat([counts, torch.stack(list(sums.values()))])
         distributed.all_reduce_sum(totals)
+        n = dict(zip(seen_by, totals[1:len(counts)]))
         metrics = {"epoch": epoch + 1, "step": step}
-        metrics.update({f"train/{k}": float(v / totals[0]) for k, v in zip(sums, totals[1:])})
+        metrics.update({f"train/{k}": float(v / n.get(k, totals[0])) for k, v in zip(sums, totals[len(counts):])})
         metrics.update(validate(model, val_loader, device, autocast))
         metrics.update({"lr": optimizer.param_groups[0]["lr"], "seconds": train_seconds,
                         "images_per_second": float(totals[0]) / max(train_seconds, 1e-9)})
