@@ -190,3 +190,57 @@ def test_no_code_is_left_dead_where_vq_vae_ema_starves_codes(solver):
     torch.manual_seed(0)
     usage_vq = train_codebook_only(VectorQuantizer(num_codes=16, dim=DIM, ema=True))
     assert int((usage_vq == 0).sum()) >= 10, usage_vq  # measured: 14 dead codes, perplexity 1.89
+
+
+# ---- SQ-VAE: the latent scale its posterior assumes --------------------------------------------------
+
+
+def test_stochastic_latent_gain_makes_the_quantizer_blind_to_the_encoders_scale():
+    # sigma^2 >= 1 in latent units: at the paper's network's starting scale (~0.002) every posterior is uniform
+    # and one code is everyone's nearest. latent_scale="data" fixes g = 1 / RMS on the first training batch.
+    z = torch.randn(8, 8, 4, 4)
+    outs = []
+    for scale in (1.0, 0.002):
+        torch.manual_seed(0)
+        q = StochasticQuantizer(num_codes=32, dim=8).train()
+        outs.append(q(z * scale))
+        assert float(q.latent_gain) == pytest.approx(1 / (scale * float(z.pow(2).mean().sqrt())), rel=1e-5)
+        q(z)  # fixed after the first batch
+        assert float(q.latent_gain) == pytest.approx(1 / (scale * float(z.pow(2).mean().sqrt())), rel=1e-5)
+    assert torch.allclose(outs[0].quantized * 0.002, outs[1].quantized, atol=1e-7)  # returned in z's units
+    assert torch.equal(outs[0].indices, outs[1].indices)
+    torch.manual_seed(0)
+    raw = StochasticQuantizer(num_codes=32, dim=8, latent_scale="none").train()
+    assert raw(z * 0.002).indices.unique().numel() == 1  # the failure the gain removes
+    assert float(raw.latent_gain) == 1.0
+
+
+def test_stochastic_gain_is_saved_and_old_checkpoints_load_as_before():
+    q = StochasticQuantizer(num_codes=16, dim=8).train()
+    q.eval()(torch.randn(2, 8, 2, 2) * 5)  # evaluation never sets the gain
+    assert not bool(q.gain_initialized)
+    q.train()(torch.randn(2, 8, 2, 2) * 5)
+    fresh = StochasticQuantizer(num_codes=16, dim=8)
+    fresh.load_state_dict(q.state_dict())
+    assert float(fresh.latent_gain) == float(q.latent_gain) and bool(fresh.gain_initialized)
+    old = {k: v for k, v in q.state_dict().items() if k not in ("latent_gain", "gain_initialized")}
+    fresh = StochasticQuantizer(num_codes=16, dim=8)
+    fresh.load_state_dict(old)  # saved before latent_scale existed: z quantized as it is
+    assert float(fresh.latent_gain) == 1.0 and bool(fresh.gain_initialized)
+    fresh.train()(torch.randn(2, 8, 2, 2) * 5)
+    assert float(fresh.latent_gain) == 1.0  # and stays so
+
+
+def test_stochastic_training_step_never_syncs_with_the_host(monkeypatch):
+    from .test_solver_speed_properties import _NoHostSync
+
+    # The input check is an asynchronous device assert off the CPU (check_finite); on the CPU it reads.
+    monkeypatch.setattr(StochasticQuantizer, "check_finite", staticmethod(lambda z: None))
+    q = StochasticQuantizer(num_codes=16, dim=8).train()
+    q(torch.randn(4, 8, 2, 2))  # the first batch sets the gain (one host read)
+    z = torch.randn(4, 8, 2, 2, requires_grad=True)
+    with _NoHostSync():
+        out = q(z)
+        out.loss.backward()
+    assert z.grad is not None and q.embedding.grad is not None and q.log_var.grad is not None
+    assert int(q.step) == 2 and q.temperature == pytest.approx(float(torch.exp(torch.tensor(-2e-5))))

@@ -8,6 +8,17 @@ Loss terms (the ELBO of sony/sqvae's Gaussian variant, per image):
     "kl_discrete":   sum_{m,k} p_k log p_k / B                   (negative entropy of the code posterior)
     "kl_continuous": sum_m ||z^m - z_q^m||^2 / (2 sigma^2) / B
 and the data term (D_x / 2) log MSE (``reconstruction_loss``), which replaces the plain MSE.
+
+The posterior's variance has a floor, sigma^2 >= 1, in the latents' own units (sony/sqvae's "gaussian_1" adds
+exp(0) for the encoder variance it does not model), so the method assumes latents of about unit scale, which
+their batch-normalised encoder gives from the first step. The paper's 32x32 network ends in a 1x1 convolution
+with N(0, 0.02) weights: its latents start about 400x smaller than the N(0, 1) codebook, every posterior is
+uniform and every latent's nearest code is the same one, and the method spends its first thousands of steps
+growing the encoder. ``latent_scale="data"`` (the default) removes that: on the first training batch the
+quantizer fixes a gain g so that g z has unit RMS (a saved buffer, identical on every rank) and runs the method on
+g z, with the learned parameters (codebook, s) in those unit-scale coordinates; what it returns is back in z's
+units (the codewords c / g), so it stays a drop-in layer. ``latent_scale="none"`` (g = 1) is sony/sqvae's
+quantizer exactly. BENCHMARKS.md section 10 measures both.
 """
 from __future__ import annotations
 
@@ -15,9 +26,11 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from vqwae.distributed import is_distributed
 from vqwae.ot.cost import squared_distances
 from vqwae.options import check_fields, option
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32
@@ -33,6 +46,9 @@ class StochasticOptions:
     temperature_decay: float = option(1e-5, "sqvae: tau = exp(-decay * step)", min=0, flat="sq_temperature_decay")
     min_temperature: float = option(1e-3, "sqvae: floor on tau (keeps the Gumbel-softmax finite on long runs)",
                                     min=0, flat="sq_min_temperature")
+    latent_scale: str = option("data", "sqvae: data: scale the latents to unit RMS by a gain fixed on the first "
+                               "training batch (the scale sony/sqvae's batch-normalised encoder gives) | none: as "
+                               "sony/sqvae", choices=("data", "none"), flat="sq_latent_scale")
 
     def __post_init__(self):
         check_fields(self)
@@ -64,18 +80,45 @@ class StochasticQuantizer(Quantizer):
         log_var = initial_log_var(None) if cfg.log_var_init is None else cfg.log_var_init
         self.log_var = nn.Parameter(torch.tensor(float(log_var)))
         self.register_buffer("step", torch.zeros((), dtype=torch.long))  # drives the temperature
+        # g: the latents are quantized as g z. 1 until latent_scale="data" sets it on the first training batch.
+        self.register_buffer("latent_gain", torch.ones(()))
+        self.register_buffer("gain_initialized", torch.tensor(cfg.latent_scale == "none"))
+        self._gain_ready = cfg.latent_scale == "none"  # host-side cache: no sync once set
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, *args, **kwargs):
+        # Runs saved before latent_scale existed quantized z itself: load them with g = 1, already set.
+        for name, value in (("latent_gain", torch.ones(())), ("gain_initialized", torch.tensor(True))):
+            state_dict.setdefault(prefix + name, value)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, *args, **kwargs)
+        self._gain_ready = False  # re-read the loaded flag on the next training step
+
+    @torch.no_grad()
+    def _init_gain(self, flat: torch.Tensor) -> None:
+        """g = 1 / RMS of this (first training) batch's latents, over all ranks under DDP."""
+        stats = torch.stack([flat.pow(2).sum(), flat.new_tensor(float(flat.numel()))]).double()
+        if is_distributed():
+            dist.all_reduce(stats)
+        rms = (stats[0] / stats[1]).sqrt().float()
+        self.latent_gain.copy_(1.0 / rms.clamp_min(1e-12))
+        self.gain_initialized.fill_(True)
 
     @property
     def codebook(self) -> torch.Tensor:
-        return self.embedding
+        """The codewords in the latents' units (c / g)."""
+        return self.embedding / self.latent_gain
 
     @property
     def variance(self) -> torch.Tensor:
         return 1.0 + self.log_var.exp()
 
+    def _temperature(self) -> torch.Tensor:
+        """tau = max(exp(-decay * step), min_temperature), a tensor (no host read in the training step)."""
+        tau = torch.exp(-self.config.temperature_decay * self.step.double())
+        return tau.clamp_min(self.config.min_temperature).float()
+
     @property
     def temperature(self) -> float:
-        return max(math.exp(-self.config.temperature_decay * int(self.step)), self.config.min_temperature)
+        return float(self._temperature())
 
     def reconstruction_loss(self, x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """(D_x / 2) log MSE, the Gaussian decoder's likelihood with the variance profiled out."""
@@ -90,10 +133,15 @@ class StochasticQuantizer(Quantizer):
         self.check_input(z, mask)
         b = z.shape[0]
         flat = self.flatten(z)  # (B, M, D)
+        if self.training and not self._gain_ready:
+            if not bool(self.gain_initialized):  # one host read, until the gain is set
+                self._init_gain(flat)
+            self._gain_ready = True
+        flat = flat * self.latent_gain  # g z: the method's unit-scale coordinates
         logits = -squared_distances(flat, self.embedding) / (2 * self.variance)  # (B, M, K)
         indices = logits.detach().argmax(-1)  # the nearest codeword
         if self.training:
-            soft = F.gumbel_softmax(logits, tau=self.temperature, hard=False)
+            soft = F.gumbel_softmax(logits, tau=self._temperature(), hard=False)
             flat_q = soft @ self.embedding  # (B, M, D): the soft mixture
             self.step += 1
         else:
@@ -108,4 +156,4 @@ class StochasticQuantizer(Quantizer):
                 kl_discrete, kl_continuous = kl_discrete[keep], kl_continuous[keep]
             losses["kl_discrete"] = kl_discrete.sum() / b
             losses["kl_continuous"] = kl_continuous.sum() / b
-        return self._output(z, flat_q, indices, losses, mask)
+        return self._output(z, flat_q / self.latent_gain, indices, losses, mask)  # back in z's units
