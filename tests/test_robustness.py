@@ -141,6 +141,7 @@ def test_unreadable_images_name_the_file_or_are_skipped_with_a_count(tmp_path):
     args = ["train", "--dataset", "imagefolder", "--data-root", images, "--max-steps", "1", "--image-size", "32",
             "--num-codes", "8", "--device", "cpu"]
     one_line_error(invoke([*args, "--out", tmp_path / "r1"]), "img03.jpg", "--skip-unreadable")
+    assert not (tmp_path / "r1").exists()  # a run that never started leaves no folder (nor a lock) behind
     r = invoke([*args, "--out", tmp_path / "r2", "--skip-unreadable"])
     assert r.exit_code == 0, r.output
     assert "skipped 3 unreadable image file(s)" in r.stderr

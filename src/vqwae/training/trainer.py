@@ -173,14 +173,31 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
     if device.type == "cuda":
         torch.cuda.set_device(device)
     run_dir = Path(run.out)
-    with contextlib.ExitStack() as scope:
-        # One writer per run folder (rank 0 holds the lock; every rank stops if it could not be taken).
-        scope.enter_context(hold_run_folder(run_dir, is_main=main, distributed=dist_info.enabled, device=device))
-        if device.type == "cpu":
-            scope.enter_context(cpu_threads(_cpu_threads_per_rank(run.threads, world)))
-        result = _train_locked(cfg, run_dir, device, dist_info, scope, resume=resume, progress=progress)
+    fresh = not run_dir.exists()
+    try:
+        with contextlib.ExitStack() as scope:
+            # One writer per run folder (rank 0 holds the lock; every rank stops if it could not be taken).
+            scope.enter_context(hold_run_folder(run_dir, is_main=main, distributed=dist_info.enabled, device=device))
+            if device.type == "cpu":
+                scope.enter_context(cpu_threads(_cpu_threads_per_rank(run.threads, world)))
+            result = _train_locked(cfg, run_dir, device, dist_info, scope, resume=resume, progress=progress)
+    except BaseException:
+        if fresh and main:
+            _remove_if_unused(run_dir)
+        raise
     distributed.teardown() if dist_info.enabled else None
     return result
+
+
+def _remove_if_unused(run_dir: Path) -> None:
+    """A run that stopped before its first checkpoint (bad data, a bad option) leaves no folder behind: this
+    removes RUN_DIR when it holds nothing but what this process wrote into it (its lock and config.json)."""
+    ours = {layout.LOCK, layout.CONFIG}
+    with contextlib.suppress(OSError):
+        if all(p.name in ours and p.is_file() for p in run_dir.iterdir()):
+            for name in ours:
+                (run_dir / name).unlink(missing_ok=True)
+            run_dir.rmdir()
 
 
 def _cpu_threads_per_rank(threads: int | None, world: int) -> int:
