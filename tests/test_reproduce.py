@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 from tests.conftest import SHARED
 from vqwae.cli.main import app
 from vqwae.reproduce import paper_numbers as P
-from vqwae.reproduce.grid import runs_for
+from vqwae.reproduce.grid import BUDGETS, MODELS, row_spec, runs_for
+from vqwae.training.config import PRESETS, TrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +53,21 @@ def test_smoke_runs_every_experiment_and_writes_the_report(smoke):
     assert "svhn" in md and "not available on this machine" in md  # reported, not silently dropped
     assert "celeba" in md and "not requested" in md
     assert P.RECON["table"] in md and "holds" in md or "DOES NOT HOLD" in md
+    # the reader's summary comes first: each claim against the published and the shipped configuration
+    summary = md[md.index("## Summary"):md.index("## Reconstruction")]
+    assert "VQ-WAE as published" in summary and "VQ-WAE as shipped" in summary and "Holds / checked" in summary
+    recon = md[md.index("## Reconstruction"):md.index("## Codebook size")]
+    for name in ("VQ-VAE", "SQ-VAE", "VQ-WAE (paper)", "VQ-WAE (shipped)"):
+        assert f"| digits | {name} |" in recon, name
+    assert "[paper]" in recon and "[shipped]" in recon
+    assert "paper-fast" in md  # the ablations say they ran the fast solver
     html = (rep / "REPORT.html").read_text()
     assert "data:image/png;base64," in html and "<table>" in html
     for img in (rep / "figures").glob("*.png"):
         assert img.stat().st_size > 1000
     results = json.loads((rep / "results.json").read_text())
     vgg = (SHARED / "weights" / "lpips" / "vgg16_features.pth").is_file()
-    distinct = {s for e in ("recon", "codebook-size", "pi-init", "lambda") for s in runs_for(e, "digits")}
+    distinct = {s for e in ("recon", "codebook-size", "pi-init", "lambda") for s in runs_for(e, "digits", BUDGETS["smoke"])}
     assert len(results) == len(distinct) + (2 if vgg else 0)  # + the two FFHQ rows
     one = next(iter(results.values()))
     for key in ("mse", "psnr", "ssim", "perplexity", "codes_used", "rfid", "lpips"):
@@ -83,3 +92,21 @@ def test_paper_numbers_cover_the_tables():
     assert P.RECON["values"][("cifar10", "vqwae")]["perplexity"] == 497.3
     assert P.CODEBOOK_SIZE["values"][("mnist", "vqwae")]["perplexity"][-1] == 508.4
     assert len(P.PI_INIT["values"]) == 9 and len(P.LAMBDA["values"]) == 6
+
+
+def test_the_grid_has_both_vqwae_rows_and_the_ablations_run_the_paper_with_the_fast_solver():
+    cpu = BUDGETS["cpu"]
+    recon = {m: row_spec("cifar10", m).config_values(cpu, "ROOT") for m in MODELS}
+    assert recon["vqwae-paper"]["solver"] == "exact" and recon["vqwae-paper"]["preset"] == "paper"
+    assert recon["vqwae"]["preset"] == "default" and "solver" not in recon["vqwae"]  # the shipped defaults
+    assert "preset" not in recon["vqvae"] and "preset" not in recon["sqvae"]
+    ablations = {s for e in ("pi-init", "lambda") for s in runs_for(e, "cifar10", cpu)}
+    assert all(s.config_values(cpu, "ROOT")["solver"] == "semidiscrete" for s in ablations if s.model == "vqwae")
+    assert len(ablations) == 9 + 6 - 1  # the learned, lambda_r = 1, uniform, lambda = 1e-3 cell is one run
+    # paper-fast is the paper's configuration with only the solver changed
+    paper, fast = TrainConfig.resolve(preset="paper").to_flat(), TrainConfig.resolve(preset="paper-fast").to_flat()
+    assert {k for k in paper if paper[k] != fast[k]} == {"solver", "preset"}
+    assert PRESETS["default"] == {}
+    # the cpu budget is one where the method has left its start (issue 17): >= 3,000 steps, >= 20,000 images, >= 1,000 test
+    assert cpu.max_steps >= 3000 and cpu.train_limit >= 20000 and cpu.eval_limit >= 1000
+    assert cpu.epochs * cpu.train_limit // 32 >= cpu.max_steps  # the epochs do not stop it first

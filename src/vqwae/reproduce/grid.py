@@ -1,12 +1,15 @@
 """The paper's experiments as lists of runs, and the compute budgets they can be run at.
 
 Every experiment is a set of training runs (a ``TrainConfig`` each, identified by its full configuration)
-plus what is measured on them. Runs shared between experiments (the K = 512 VQ-WAE of the reconstruction
-table is also the "learned, lambda_r = 1, uniform" cell of the initialisation table) are trained once.
+plus what is measured on them. Runs shared between experiments (the "learned, lambda_r = 1, uniform" cell of
+the initialisation table is also the lambda = 1e-3, lambda_r = 1 cell of the lambda table) are trained once.
 
-VQ-WAE runs use the ``paper`` preset (the authors' configuration: exact OT per position, uniform learned
-pi, lambda = 1e-3, lambda_r = 1 with the code's mean reduction) at every budget, so the numbers are the
-method as published; only the amount of training and evaluation changes with the budget.
+The reconstruction and downstream tables have four rows: VQ-VAE, SQ-VAE, VQ-WAE as published (the ``paper``
+preset: exact OT per position, uniform learned pi, lambda = 1e-3, lambda_r = 1 with the code's mean reduction)
+and VQ-WAE as shipped (every option at its default, the ``default`` preset). The ablations (codebook size, pi
+initialisation, lambda) vary the published configuration; below the full budget they run it with the
+``semidiscrete`` solver (``paper-fast``: only the solver changed), since exact OT is the slowest part of a CPU
+run. Only the amount of training and evaluation changes with the budget.
 """
 from __future__ import annotations
 
@@ -16,7 +19,12 @@ from vqwae.training.config import PRESETS
 
 EXPERIMENTS = ("recon", "codebook-size", "pi-init", "lambda", "probe", "generation", "controllability", "tsne",
                "ffhq")
-MODELS = ("vqvae", "sqvae", "vqwae")
+# The reconstruction and downstream tables' rows: key -> (method, preset).
+ROWS = {"vqvae": ("vqvae", None), "sqvae": ("sqvae", None), "vqwae-paper": ("vqwae", "paper"),
+        "vqwae": ("vqwae", "default")}
+MODELS = tuple(ROWS)
+BASELINES = ("vqvae", "sqvae")
+WAE_ROWS = ("vqwae-paper", "vqwae")  # each claim about VQ-WAE is checked for both
 PAPER_DATASETS = ("mnist", "cifar10", "svhn", "celeba")
 
 
@@ -39,6 +47,7 @@ class Budget:
     probe_limit: int | None = None  # training images for the probe (None: the training split used)
     fid_everywhere: bool = True  # False: rFID only for the runs of the reconstruction table (smoke: speed)
     pictures: bool = True  # per-run reconstruction grid, usage histogram and curves (the report's own figures always)
+    ablation_preset: str = "paper"  # the published configuration as the ablations run it
 
 
 BUDGETS = {
@@ -46,10 +55,11 @@ BUDGETS = {
                     "images, 2 steps, 8 evaluation images, rFID only for the reconstruction table", epochs=1,
                     train_limit=64, eval_limit=8, max_steps=2, fid_everywhere=False, pictures=False,
                     resolution="native", prior_epochs=1, prior_hidden=16, prior_max_steps=2, gen_samples=16,
-                    tsne_points=8, fid=True, lpips=True),
-    "cpu": Budget("cpu", "fits 2 CPU cores: 5,000 training images x 3 epochs (471 steps of 32), 256 test images for "
-                  "every metric", epochs=3, train_limit=5000, eval_limit=256, prior_epochs=3, gen_samples=256,
-                  tsne_points=1000),
+                    tsne_points=8, fid=True, lpips=True, ablation_preset="paper-fast"),
+    "cpu": Budget("cpu", "fits CPUs: the first 20,000 training images, 3,000 steps of 32 (4.8 epochs), 1,000 test "
+                  "images for every metric; the ablations with the semidiscrete solver (paper-fast)", epochs=5,
+                  train_limit=20000, eval_limit=1000, max_steps=3000, prior_epochs=3, gen_samples=1000,
+                  tsne_points=1000, ablation_preset="paper-fast"),
     "full": Budget("full", "the paper's: full training sets, 100 epochs, whole test sets", epochs=100,
                    train_limit=None, eval_limit=None, prior_epochs=50, gen_samples=10000, tsne_points=2000),
 }
@@ -83,7 +93,7 @@ class RunSpec:
                       epochs=budget.epochs, train_limit=budget.train_limit, eval_limit=budget.eval_limit,
                       max_steps=budget.max_steps, seed=0)
         settings = dict(self.settings)
-        preset = settings.get("preset", "paper" if self.model == "vqwae" else None)
+        preset = settings.get("preset")
         if preset is not None:  # the preset's values, under the budget's amount of training and the spec's data
             values.update({k: v for k, v in PRESETS[preset].items() if k not in ("epochs", "dataset")}, preset=preset)
         values.update(settings)
@@ -100,55 +110,66 @@ def _dataset_root(dataset: str, data_root: str | None) -> str | None:
     return None if dataset == "digits" else data_root
 
 
+def row_spec(dataset: str, row: str, **settings) -> RunSpec:
+    """A run of one of the tables' rows (a key of ROWS), with ``settings`` beyond the row's preset."""
+    model, preset = ROWS[row]
+    return spec(dataset, model, **({"preset": preset} if preset else {}), **settings)
+
+
 # ---- the grid: one function per cell, used by runs_for and by the analyses that read the results -------------
-# A cell equal to the paper's default run (K = 512; pi learned with lambda_r = 1 from uniform; lambda = 1e-3) is
-# that run, trained once and shared by the experiments.
-def codebook_size_spec(dataset: str, model: str, k: int) -> RunSpec:
-    return spec(dataset, model) if k == 512 else spec(dataset, model, num_codes=k)
+# A cell equal to the ablations' base run (K = 512; pi learned with lambda_r = 1 from uniform; lambda = 1e-3) is
+# that run, trained once and shared by the experiments (and by the reconstruction table at the full budget).
+def codebook_size_spec(dataset: str, row: str, k: int, budget: Budget) -> RunSpec:
+    extra = {} if k == 512 else {"num_codes": k}
+    if row == "vqwae-paper":
+        return spec(dataset, "vqwae", preset=budget.ablation_preset, **extra)
+    return row_spec(dataset, row, **extra)
 
 
-def pi_spec(dataset: str, mode: str, init: str) -> RunSpec:
+def pi_spec(dataset: str, mode: str, init: str, budget: Budget) -> RunSpec:
     if mode == "learned_kl1" and init == "uniform":
-        return spec(dataset, "vqwae")
-    return spec(dataset, "vqwae", pi_init=init, **PI_MODES[mode])
+        return spec(dataset, "vqwae", preset=budget.ablation_preset)
+    return spec(dataset, "vqwae", preset=budget.ablation_preset, pi_init=init, **PI_MODES[mode])
 
 
-def lambda_spec(dataset: str, lambda_r: float, lam: float) -> RunSpec:
+def lambda_spec(dataset: str, lambda_r: float, lam: float, budget: Budget) -> RunSpec:
     if (lambda_r, lam) == (1.0, 1e-3):
-        return spec(dataset, "vqwae")
-    return spec(dataset, "vqwae", kl_weight=lambda_r, ws_weight=lam)
+        return spec(dataset, "vqwae", preset=budget.ablation_preset)
+    return spec(dataset, "vqwae", preset=budget.ablation_preset, kl_weight=lambda_r, ws_weight=lam)
 
 
 # ---- the FFHQ row (Table 1's last block): VQGAN against VQ-WAE inside VQGAN --------------------------------
 # Its own dataset, whatever --datasets says. The `ffhq` preset (the paper's network, K 1024 x D 256 at 256x256)
-# at the full budget; below it a VQGAN small enough for a CPU; at the smoke budget without FFHQ, the embedded
-# digits stand in (a test of the path, not a result).
+# at the full budget; below it a VQGAN small enough for a CPU (BENCHMARKS.md's CIFAR-10 64x64 pair: f = 8, ch 32,
+# 900 steps of 16 with the adversary from step 450). Without FFHQ, CIFAR-10 stands in at the cpu budget and the
+# embedded digits at the smoke budget (the path, not the paper's result; the report says so).
 FFHQ_MODELS = ("vqvae", "vqwae")
+FFHQ_STAND_IN = {"smoke": "digits", "cpu": "cifar10"}
 VQGAN_AT_BUDGET = {
     "smoke": dict(image_size=32, ch=32, ch_mult="1,1,2", num_res_blocks=1, attn_resolutions="", z_channels=32,
                   num_codes=64, dim=32, batch_size=16, disc_start=1, disc_channels=8, disc_layers=2),
     "cpu": dict(image_size=64, ch=32, ch_mult="1,2,2,4", num_res_blocks=1, attn_resolutions="8", z_channels=64,
-                batch_size=16, lr=2e-4, disc_start=235),
+                batch_size=16, lr=2e-4, disc_start=450, max_steps=900, train_limit=8000),
     "full": {},
 }
 
 
 def ffhq_spec(dataset: str, model: str, budget: Budget) -> RunSpec:
-    """A row of the FFHQ block: ``dataset`` is "ffhq", or "digits" standing in at the smoke budget."""
+    """A row of the FFHQ block: ``dataset`` is "ffhq", or its stand-in at the budget (FFHQ_STAND_IN)."""
     return spec(dataset, model, preset="ffhq", **VQGAN_AT_BUDGET[budget.name])
 
 
-def runs_for(experiment: str, dataset: str) -> list[RunSpec]:
+def runs_for(experiment: str, dataset: str, budget: Budget) -> list[RunSpec]:
     """The runs an experiment needs on one dataset (none for "ffhq": see :func:`ffhq_spec`)."""
     if experiment == "ffhq":
         return []
     if experiment in ("recon", "probe", "generation", "tsne"):
-        return [spec(dataset, m) for m in MODELS]
+        return [row_spec(dataset, m) for m in MODELS]
     if experiment == "codebook-size":
-        return [codebook_size_spec(dataset, m, k) for m in MODELS for k in CODEBOOK_SIZES]
+        return [codebook_size_spec(dataset, m, k, budget) for m in MODELS for k in CODEBOOK_SIZES]
     if experiment in ("pi-init", "controllability"):
         modes = PI_MODES if experiment == "pi-init" else {"fixed": PI_MODES["fixed"]}
-        return [pi_spec(dataset, mode, init) for mode in modes for init in PI_INITS]
+        return [pi_spec(dataset, mode, init, budget) for mode in modes for init in PI_INITS]
     if experiment == "lambda":
-        return [lambda_spec(dataset, lr, lam) for lr in LAMBDA_RS for lam in LAMBDAS]
+        return [lambda_spec(dataset, lr, lam, budget) for lr in LAMBDA_RS for lam in LAMBDAS]
     raise ValueError(f"unknown experiment {experiment!r}; valid: {', '.join(EXPERIMENTS)}, all")

@@ -14,10 +14,16 @@ class Claim:
     text: str  # the paper's claim, in one sentence
     holds: bool | None  # None: could not be checked in this run
     detail: str = ""  # the numbers behind the verdict
+    config: str = ""  # which configuration of the method it was checked on (a column of the summary)
 
     @property
     def verdict(self) -> str:
         return {True: "holds", False: "DOES NOT HOLD", None: "not checked"}[self.holds]
+
+    @property
+    def line(self) -> str:
+        """The claim as a list item's text: "[config] text (detail)"."""
+        return (f"[{self.config}] " if self.config else "") + self.text + (f" ({self.detail})" if self.detail else "")
 
 
 @dataclass
@@ -29,6 +35,22 @@ class Section:
     claims: list[Claim] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+def claims_summary(sections: list[Section], columns: dict[str, str]) -> Section:
+    """The reader's summary: one row per claim (in the sections' order), one column per configuration it was
+    checked on (``columns``: config -> heading); "—" where a claim was not checked on that configuration."""
+    verdicts: dict[str, dict[str, str]] = {}
+    for s in sections:
+        for c in s.claims:
+            verdicts.setdefault(f"{s.title}: {c.text}", {})[c.config] = c.verdict
+    rows = [[claim] + [v.get(config, "—") for config in columns] for claim, v in verdicts.items()]
+    held = {config: sum(v.get(config) == "holds" for v in verdicts.values()) for config in columns}
+    checked = {config: sum(v.get(config) in ("holds", "DOES NOT HOLD") for v in verdicts.values()) for config in columns}
+    notes = ["Holds / checked: " + "; ".join(f"{columns[c]} {held[c]} / {checked[c]}" for c in columns) + ". Each "
+             "claim's numbers are in its section below."]
+    return Section("Summary: the paper's claims", "every table and figure below", ["claim", *columns.values()], rows,
+                   notes=notes)
 
 
 def fmt(value, digits: int = 4) -> str:
@@ -50,7 +72,7 @@ def to_markdown(title: str, preamble: list[str], sections: list[Section], root: 
             out += ["| " + " | ".join(r) + " |" for r in s.rows]
             out.append("")
         for c in s.claims:
-            out.append(f"- **{c.verdict}**: {c.text}" + (f" ({c.detail})" if c.detail else ""))
+            out.append(f"- **{c.verdict}**: {c.line}")
         if s.claims:
             out.append("")
         out += [f"{n}\n" for n in s.notes]
@@ -78,8 +100,7 @@ def to_html(title: str, preamble: list[str], sections: list[Section]) -> str:
             parts.append("<ul>")
             for c in s.claims:
                 cls = {True: "yes", False: "no", None: ""}[c.holds]
-                parts.append(f"<li><span class='{cls}'>{e(c.verdict)}</span>: {e(c.text)}"
-                             + (f" ({e(c.detail)})" if c.detail else "") + "</li>")
+                parts.append(f"<li><span class='{cls}'>{e(c.verdict)}</span>: {e(c.line)}</li>")
             parts.append("</ul>")
         parts += [f"<p>{e(n)}</p>" for n in s.notes]
         for f in s.figures:
