@@ -198,10 +198,10 @@ def plot(curves: dict, path: Path, dataset: str) -> None:
               ("sigma2", "sigma^2", True), ("posterior_entropy", "posterior entropy / log K", False)]
     fig, axes = plt.subplots(1, 4, figsize=(18, 4))
     for ax, (key, title, log) in zip(axes, panels):
-        for n, c in curves.items():
+        for i, (n, c) in enumerate(curves.items()):
             pts = [(p["step"], p[key]) for p in c if key in p]
-            if pts:
-                ax.plot(*zip(*pts), marker="o", label=n)
+            if pts:  # one colour per model in every panel (VQ-VAE has no sigma^2 or posterior)
+                ax.plot(*zip(*pts), marker="o", label=n, color=f"C{i}")
         ax.set_title(f"{dataset}: {title}")
         ax.set_xlabel("step")
         if log:
