@@ -139,6 +139,19 @@ def build(name: str, channels: int, seed: int, num_codes: int = 512, shared_pi: 
 
 
 @torch.no_grad()
+def training_batches(train, steps: int, seed: int, batch: int = 32):
+    """(step, images) for steps 1..steps: a seeded shuffle, reshuffled when it runs out. Every model of a
+    comparison trains on these same batches."""
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(len(train), generator=gen)
+    for step in range(1, steps + 1):
+        idx = perm[((step - 1) * batch) % len(train):][:batch]
+        if len(idx) < batch:
+            perm = torch.randperm(len(train), generator=gen)
+            idx = perm[:batch]
+        yield step, torch.stack([train[int(i)][0] for i in idx])
+
+
 def evaluate(model, test_x: torch.Tensor, batch: int = 500) -> dict:
     model.eval()
     usage, se = CodeUsage(model.quantizer.num_codes), 0.0
@@ -182,15 +195,7 @@ def main():
     opts = {n: torch.optim.Adam([p for p in m.parameters() if p.requires_grad], lr=1e-3) for n, m in models.items()}
     times = {n: [] for n in names}
     curves = {n: [] for n in names}
-    gen = torch.Generator().manual_seed(args.seed)
-    n_train = len(splits.train)
-    perm = torch.randperm(n_train, generator=gen)
-    for step in range(1, args.steps + 1):
-        idx = perm[((step - 1) * 32) % n_train:][:32]
-        if len(idx) < 32:
-            perm = torch.randperm(n_train, generator=gen)
-            idx = perm[:32]
-        x = torch.stack([splits.train[int(i)][0] for i in idx])
+    for step, x in training_batches(splits.train, args.steps, args.seed):
         for n in names:  # interleaved: every model trains on this batch before the next batch
             m, opt = models[n], opts[n]
             t0 = time.perf_counter()

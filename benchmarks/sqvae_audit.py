@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_comparison import evaluate  # noqa: E402  (same test protocol as the peer table)
+from peer_comparison import evaluate, training_batches  # noqa: E402  (the peer table's batches and test protocol)
 
 from vqwae.data import load_splits
 from vqwae.models import NetworkConfig, VQAutoencoder
@@ -137,23 +137,16 @@ def main():
     opts = {n: torch.optim.Adam([p for p in m.parameters() if p.requires_grad], lr=1e-3) for n, m in models.items()}
     curves = {n: [] for n in names}
     terms = {n: defaultdict(float) for n in names}
-    gen = torch.Generator().manual_seed(args.seed)
-    n_train, seen = len(splits.train), 0
-    perm = torch.randperm(n_train, generator=gen)
+    seen = 0
     stem = f"sqvae_audit_{args.dataset}_{args.steps}"
     out_path = HERE / "results" / f"{stem}.json"
     out_path.parent.mkdir(exist_ok=True)
-    meta = dict(dataset=args.dataset, steps=args.steps, train_images=n_train, test_images=len(test_x),
+    meta = dict(dataset=args.dataset, steps=args.steps, train_images=len(splits.train), test_images=len(test_x),
                 date=datetime.now(timezone.utc).isoformat(), torch=torch.__version__,
                 machine=f"{platform.machine()} {torch.get_num_threads()} threads",
                 command="python benchmarks/sqvae_audit.py " + " ".join(
                     f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if v is not None))
-    for step in range(1, args.steps + 1):
-        idx = perm[((step - 1) * 32) % n_train:][:32]
-        if len(idx) < 32:
-            perm = torch.randperm(n_train, generator=gen)
-            idx = perm[:32]
-        x = torch.stack([splits.train[int(i)][0] for i in idx])
+    for step, x in training_batches(splits.train, args.steps, args.seed):
         for n in names:  # interleaved: every model trains on this batch before the next batch
             m, opt = models[n], opts[n]
             x_hat, out = m(x)
