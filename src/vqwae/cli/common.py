@@ -13,7 +13,7 @@ from vqwae.distributed import resolve_device
 from vqwae.runs.layout import check_trained
 from vqwae.threads import cpu_threads
 
-THREADS_HELP = "CPU threads [default: env VQWAE_THREADS, else the CPUs not already busy]."
+THREADS_HELP = "CPU threads (default: env VQWAE_THREADS, else the CPUs not already busy)."
 
 
 def fail(message: str, code: int = 2) -> None:

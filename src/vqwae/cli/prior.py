@@ -45,7 +45,7 @@ def prior_train_command(
     threads: int | None = Opt(None, help=THREADS_HELP),
     train_limit: int | None = Opt(None, help="Override the run's train limit: first N training images (-1: all)."),
     eval_limit: int | None = Opt(None, help="Override the run's eval limit: first N validation images (-1: all)."),
-    out: Path | None = Opt(None, "--out", help="Prior folder [default: RUN_DIR/prior]; RUN_DIR/prior_cond or "
+    out: Path | None = Opt(None, "--out", help="Prior folder (default: RUN_DIR/prior); RUN_DIR/prior_cond or "
                                                   "RUN_DIR/prior_uncond keep a second prior next to it."),
     data_root: str | None = Opt(None, help="Override the dataset location recorded in the run."),
     seed: int = Opt(0),
@@ -91,12 +91,12 @@ def sample_command(
     klass: int | None = Opt(None, "--class", help="Class id (needs a class-conditional prior). A conditional "
                                                      "prior without --class cycles through the classes."),
     temperature: float = Opt(1.0, help="Softmax temperature (1: the model; <1 sharper; 0 greedy)."),
-    out: Path | None = Opt(None, "--out", help="Output folder [default: RUN_DIR/samples]."),
+    out: Path | None = Opt(None, "--out", help="Output folder (default: RUN_DIR/samples)."),
     batch_size: int = Opt(256, help="Grids sampled in parallel."),
     seed: int = Opt(0),
-    prior: Path | None = Opt(None, "--prior", help="Prior folder [default: RUN_DIR/prior, or RUN_DIR/prior_cond "
-                                                      "when --class is given]."),
-    nrow: int | None = Opt(None, help="Images per grid row [default: the classes, or ~sqrt(n)]."),
+    prior: Path | None = Opt(None, "--prior", help="Prior folder (default: RUN_DIR/prior, or RUN_DIR/prior_cond "
+                                                      "when --class is given)."),
+    nrow: int | None = Opt(None, help="Images per grid row (default: the classes, or ~sqrt(n))."),
     device: str = Opt("auto", help="auto | cpu | cuda | cuda:N"),
     threads: int | None = Opt(None, help=THREADS_HELP),
 ) -> None:

@@ -22,7 +22,7 @@ Arg = typer.Argument
 # ---- vqwae probe ---------------------------------------------------------------------------------------
 def probe_command(
     run_dir: Path = Arg(..., help="A run folder made by `vqwae train`."),
-    limit: int | None = Opt(None, help="Use the first N training and first N test images [default: all]."),
+    limit: int | None = Opt(None, help="Use the first N training and first N test images (default: all)."),
     batch_size: int = Opt(256, help="Images per forward pass."),
     device: str = Opt("auto", help="auto | cpu | cuda | cuda:N"),
     threads: int | None = Opt(None, help=THREADS_HELP),
@@ -55,7 +55,7 @@ def probe_command(
 def tsne_command(
     run_dir: Path = Arg(..., help="A run folder made by `vqwae train`."),
     n: int = Opt(2000, "--n", help="Embed the first N test images."),
-    out: Path | None = Opt(None, "--out", help="PNG path [default: RUN_DIR/tsne.png]."),
+    out: Path | None = Opt(None, "--out", help="PNG path (default: RUN_DIR/tsne.png)."),
     perplexity: float = Opt(30.0, help="t-SNE perplexity (capped at (n-1)/3)."),
     seed: int = Opt(0),
     batch_size: int = Opt(256, help="Images per forward pass."),
