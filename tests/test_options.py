@@ -26,6 +26,10 @@ def test_every_option_has_one_flat_name_a_help_and_a_flag():
         if name not in ("out", "preset"):  # --out and --preset are the command's own options
             assert f"--{name.replace('_', '-')}" in helptext, name
     assert "[default: 0.003]" in helptext  # defaults shown, from the declaration
+    assert "'paper-fast'" in helptext and "'default'" in helptext  # every preset is named
+    evalhelp = subprocess.run([sys.executable, "-m", "vqwae", "eval", "--help"], capture_output=True, text=True,
+                              env={"COLUMNS": "250", "PATH": ""}).stdout
+    assert "CPU threads (default: env VQWAE_THREADS" in evalhelp  # hand-written help survives rich's markup
 
 
 def test_values_are_coerced_by_type_or_rejected_naming_the_key(tmp_path):
