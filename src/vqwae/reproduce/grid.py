@@ -140,8 +140,8 @@ def lambda_spec(dataset: str, lambda_r: float, lam: float, budget: Budget) -> Ru
 
 # ---- the FFHQ row (Table 1's last block): VQGAN against VQ-WAE inside VQGAN --------------------------------
 # Its own dataset, whatever --datasets says. The `ffhq` preset (the paper's network, K 1024 x D 256 at 256x256)
-# at the full budget; below it a VQGAN small enough for a CPU (BENCHMARKS.md's CIFAR-10 64x64 pair: f = 8, ch 32,
-# 900 steps of 16 with the adversary from step 450). Without FFHQ, CIFAR-10 stands in at the cpu budget and the
+# at the full budget; below it a VQGAN small enough for a CPU (BENCHMARKS.md 9b's CIFAR-10 64x64 pair: f = 8, ch 32,
+# 500 steps of 16 with the adversary from step 450; about 1.5 hours per row on one loaded core). Without FFHQ, CIFAR-10 stands in at the cpu budget and the
 # embedded digits at the smoke budget (the path, not the paper's result; the report says so).
 FFHQ_MODELS = ("vqvae", "vqwae")
 FFHQ_STAND_IN = {"smoke": "digits", "cpu": "cifar10"}
@@ -149,7 +149,7 @@ VQGAN_AT_BUDGET = {
     "smoke": dict(image_size=32, ch=32, ch_mult="1,1,2", num_res_blocks=1, attn_resolutions="", z_channels=32,
                   num_codes=64, dim=32, batch_size=16, disc_start=1, disc_channels=8, disc_layers=2),
     "cpu": dict(image_size=64, ch=32, ch_mult="1,2,2,4", num_res_blocks=1, attn_resolutions="8", z_channels=64,
-                batch_size=16, lr=2e-4, disc_start=450, max_steps=900, train_limit=8000),
+                batch_size=16, lr=2e-4, disc_start=450, max_steps=500, train_limit=8000),
     "full": {},
 }
 
