@@ -72,5 +72,5 @@ def test_discriminator_shape_and_init():
     w = torch.cat([c.weight.detach().flatten() for c in convs])
     assert abs(float(w.mean())) < 1e-3 and float(w.std()) == pytest.approx(0.02, rel=0.05)
     bn = [m for m in disc.modules() if isinstance(m, torch.nn.BatchNorm2d)]
-    assert all(float(b.bias.abs().max()) == 0 for b in bn)
+    assert all(float(b.bias.detach().abs().max()) == 0 for b in bn)
     assert float(torch.cat([b.weight.detach() for b in bn]).mean()) == pytest.approx(1.0, abs=0.01)
