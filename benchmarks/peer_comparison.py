@@ -152,6 +152,7 @@ def training_batches(train, steps: int, seed: int, batch: int = 32):
         yield step, torch.stack([train[int(i)][0] for i in idx])
 
 
+@torch.no_grad()  # no graph: the same numbers, less memory and time
 def evaluate(model, test_x: torch.Tensor, batch: int = 500) -> dict:
     model.eval()
     usage, se = CodeUsage(model.quantizer.num_codes), 0.0
