@@ -321,7 +321,7 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
                                 img_s=f"{seen * world / (time.perf_counter() - t0):.0f}")
             elif main and (i + 1) % 200 == 0:
                 print(f"epoch {epoch + 1} step {i + 1}/{len(batches)} loss {float(sums['loss']) / seen:.5f} "
-                      f"ppl {float(out.perplexity):.1f} {seen * world / (time.perf_counter() - t0):.0f} img/s", flush=True)
+                      f"ppl {float(out.perplexity):.1f} {seen * world / (time.perf_counter() - t0):.3g} img/s", flush=True)
             if opt.max_steps is not None and step >= opt.max_steps:
                 break
         bar.close()
