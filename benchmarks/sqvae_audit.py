@@ -39,6 +39,7 @@ from peer_comparison import evaluate, training_batches  # noqa: E402  (the peer 
 from vqwae.data import load_splits
 from vqwae.models import NetworkConfig, VQAutoencoder
 from vqwae.models.networks import build_networks
+from vqwae.ot.cost import squared_distances
 from vqwae.quantizers import StochasticQuantizer, build_quantizer
 from vqwae.quantizers.stochastic import initial_log_var
 
@@ -107,7 +108,7 @@ def probe(model: VQAutoencoder, x: torch.Tensor) -> dict:
     out = {"latent_rms": float(flat.pow(2).mean().sqrt())}
     if isinstance(q, StochasticQuantizer):
         flat = flat * q.latent_gain
-        logits = -torch.cdist(flat, q.embedding.unsqueeze(0)).pow(2) / (2 * q.variance)
+        logits = -squared_distances(flat, q.embedding) / (2 * q.variance)  # the quantizer's own posterior
         logp = logits.log_softmax(-1)
         out.update(latent_rms=float(flat.pow(2).mean().sqrt()),
                    posterior_entropy=float(-(logp.exp() * logp).sum(-1).mean() / math.log(q.num_codes)),

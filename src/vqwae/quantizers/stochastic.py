@@ -26,11 +26,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from vqwae.distributed import is_distributed
+from vqwae.distributed import all_reduce_sum
 from vqwae.ot.cost import squared_distances
 from vqwae.options import check_fields, option
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32
@@ -95,9 +94,7 @@ class StochasticQuantizer(Quantizer):
     @torch.no_grad()
     def _init_gain(self, flat: torch.Tensor) -> None:
         """g = 1 / RMS of this (first training) batch's latents, over all ranks under DDP."""
-        stats = torch.stack([flat.pow(2).sum(), flat.new_tensor(float(flat.numel()))]).double()
-        if is_distributed():
-            dist.all_reduce(stats)
+        stats = all_reduce_sum(torch.stack([flat.pow(2).sum(), flat.new_tensor(float(flat.numel()))]).double())
         rms = (stats[0] / stats[1]).sqrt().float()
         self.latent_gain.copy_(1.0 / rms.clamp_min(1e-12))
         self.gain_initialized.fill_(True)
