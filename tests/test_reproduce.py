@@ -28,9 +28,12 @@ def smoke(tmp_path_factory):
     os.environ.update(env)
     args = ["reproduce", "--experiment", "all", "--budget", "smoke", "--datasets", "digits,svhn",
             "--data-root", str(out / "no-data-here"), "--out", str(out / "rep")]
+    args += ["--records", str(out / "records")]
     first = CliRunner().invoke(app, args)
     second = CliRunner().invoke(app, args)
-    yield out / "rep", first, second
+    # the same report in a fresh folder from the records alone (another session: no weights, no run cache)
+    third = CliRunner().invoke(app, args[:-3] + [str(out / "rebuilt"), "--records", str(out / "records")])
+    yield out / "rep", first, second, third
     for k, v in old.items():
         if v is None:
             os.environ.pop(k, None)
@@ -39,7 +42,7 @@ def smoke(tmp_path_factory):
 
 
 def test_smoke_runs_every_experiment_and_writes_the_report(smoke):
-    rep, first, _ = smoke
+    rep, first, *_ = smoke
     assert first.exit_code == 0, first.output + repr(first.exception)
     md = (rep / "REPORT.md").read_text()
     for title in ("Reconstruction", "Codebook size", "Initialisation of pi", "lambda and lambda_r", "Linear probe",
@@ -75,10 +78,42 @@ def test_smoke_runs_every_experiment_and_writes_the_report(smoke):
 
 
 def test_rerun_reuses_finished_runs(smoke):
-    _, first, second = smoke
+    _, first, second, _ = smoke
     assert second.exit_code == 0, second.output
     assert re.search(r"\[reproduce\] \[1/\d+\] training", first.output)  # progress: which run of how many
     assert " training " not in second.output and " evaluating " not in second.output
+
+
+def test_the_report_is_rebuilt_from_the_run_records_alone(smoke):
+    rep, _, _, third = smoke
+    assert third.exit_code == 0, third.output + repr(third.exception)
+    assert " training " not in third.output and " evaluating " not in third.output
+    records = rep.parent / "records"
+    assert not list(records.rglob("*.safetensors")) and not list(records.rglob("state.pt"))  # no weights kept
+    first = {k: {m: v.get(m) for m in ("mse", "perplexity", "rfid", "probe_accuracy", "gfid_uncond", "tsne_silhouette")}
+             for k, v in json.loads((rep / "results.json").read_text()).items()}
+    rebuilt = {k: {m: v.get(m) for m in ("mse", "perplexity", "rfid", "probe_accuracy", "gfid_uncond",
+                                         "tsne_silhouette")}
+               for k, v in json.loads((rep.parent / "rebuilt" / "results.json").read_text()).items()}
+    assert rebuilt == first
+
+
+def test_a_record_without_what_the_report_needs_is_trained_again(tmp_path):
+    from vqwae.reproduce.runner import ensure_run, run_dir_for
+    from vqwae.runs import layout
+
+    smoke, records = BUDGETS["smoke"], tmp_path / "records"
+    spec = row_spec("digits", "vqvae")
+    first = ensure_run(tmp_path / "a", spec, smoke, None, level="usage", records=records, device="cpu")
+    assert "rfid" not in first or first["rfid"] is None
+    from vqwae.reproduce import records as run_records
+    assert run_records.restore(records, tmp_path / "b") == 1
+    run_dir = run_dir_for(tmp_path / "b", spec, spec.config_values(smoke, None))
+    assert not layout.has_weights(run_dir)
+    again = ensure_run(tmp_path / "b", spec, smoke, None, level="usage", device="cpu")  # enough: used as it is
+    assert again["mse"] == first["mse"] and not layout.has_weights(run_dir)
+    ensure_run(tmp_path / "b", spec, smoke, None, level="usage", downstream=("probe_budget",), device="cpu")
+    assert layout.has_weights(run_dir)  # the probe needs the weights: trained again
 
 
 def test_unknown_experiment_and_budget_are_rejected(tmp_path):

@@ -26,6 +26,9 @@ def reproduce_command(
     threads: int | None = Opt(None, help=THREADS_HELP + " With --jobs, per job."),
     inception_weights: str | None = Opt(None, envvar="VQWAE_INCEPTION_WEIGHTS"),
     lpips_weights: str | None = Opt(None, envvar="VQWAE_LPIPS_WEIGHTS"),
+    records: Path | None = Opt(None, help="Folder of run records (each finished run's config, metrics and "
+                                          "evaluation, no weights): start from those found there and save every "
+                                          "finished run's record to it, to build a report over several sessions."),
 ) -> None:
     """Run (or resume) the paper's experiments; finished runs are reused, interrupted ones resumed."""
     at_least("--jobs", jobs)
@@ -35,7 +38,7 @@ def reproduce_command(
         with threads_on(dev, threads):
             md = reproduce([e.strip() for e in experiment.split(",")], [d.strip() for d in datasets.split(",")],
                            budget, out, data_root=data_root, jobs=jobs, device=device, threads=threads,
-                           inception_weights=inception_weights, lpips_weights=lpips_weights,
+                           inception_weights=inception_weights, lpips_weights=lpips_weights, records=records,
                            command="vqwae " + " ".join(sys.argv[1:]))
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         fail(str(e))

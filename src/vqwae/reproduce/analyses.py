@@ -22,10 +22,11 @@ from vqwae.metrics.fid import FIDStatsCache, load_inception
 from vqwae.quantizers.wasserstein import initial_pi
 from vqwae.reproduce import paper_numbers as P
 from vqwae.metrics.lpips import resolve_lpips_weights
-from vqwae.reproduce.grid import (BASELINES, BUDGETS, CODEBOOK_SIZES, EXPERIMENTS, FFHQ_MODELS, FFHQ_STAND_IN,
-                                  LAMBDA_RS, LAMBDAS, MODELS, PAPER_DATASETS, PI_INITS, PI_MODES, ROWS, WAE_ROWS,
-                                  Budget, RunSpec, codebook_size_spec, ffhq_spec, lambda_spec, pi_spec, row_spec,
-                                  runs_for)
+from vqwae.reproduce import records as run_records
+from vqwae.reproduce.grid import (BASELINES, BUDGETS, CODEBOOK_SIZES, DOWNSTREAM_KEYS, EXPERIMENTS, FFHQ_MODELS,
+                                  FFHQ_STAND_IN, LAMBDA_RS, LAMBDAS, MODELS, PAPER_DATASETS, PI_INITS, PI_MODES, ROWS,
+                                  WAE_ROWS, Budget, RunSpec, codebook_size_spec, eval_level, ffhq_spec, lambda_spec,
+                                  pi_spec, row_spec, runs_for)
 from vqwae.reproduce.report import Claim, Section, claims_summary, fmt, write_report
 from vqwae.reproduce.runner import ensure_runs
 from vqwae.runs import layout
@@ -44,7 +45,11 @@ def _paper_key(d: str, row: str) -> tuple[str, str]:
 
 def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Path, *, data_root: str | None = None,
               jobs: int = 1, device: str = "auto", inception_weights: str | None = None,
-              lpips_weights: str | None = None, command: str = "", threads: int | None = None) -> Path:
+              lpips_weights: str | None = None, command: str = "", threads: int | None = None,
+              records: Path | None = None) -> Path:
+    """Train, evaluate and analyse what ``experiments`` need on ``datasets`` at ``budget``; write OUT/REPORT.md.
+    ``records``: a folder of run records to start from and to save every finished run's record to
+    (``reproduce.records``), so the report can be built over several sessions."""
     if budget not in BUDGETS:
         raise ValueError(f"unknown budget {budget!r}; valid: {', '.join(BUDGETS)}")
     if experiments == ["all"]:
@@ -57,15 +62,23 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     (out / "figures").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     available, not_run = _available(datasets, data_root)
-    specs = [s for e in experiments for d in available for s in runs_for(e, d, b)]
-    fid_specs = {s for d in available for s in runs_for("recon", d, b)}
+    serves: dict[RunSpec, list[str]] = {}  # run -> the experiments that read it
+    for e in experiments:
+        for d in available:
+            for s in runs_for(e, d, b):
+                serves.setdefault(s, []).append(e)
     ffhq = _ffhq_data(b, data_root, lpips_weights) if "ffhq" in experiments else (None, "")
     if ffhq[0] is not None:
-        ffhq_runs = [ffhq_spec(ffhq[0], m, b) for m in FFHQ_MODELS]
-        specs += ffhq_runs
-        fid_specs |= set(ffhq_runs)
-    results = ensure_runs(out, specs, b, data_root, jobs=jobs, device=device, fid_specs=fid_specs,
-                          inception_weights=inception_weights, lpips_weights=lpips_weights, threads=threads)
+        for m in FFHQ_MODELS:
+            serves.setdefault(ffhq_spec(ffhq[0], m, b), []).append("ffhq")
+    levels = {s: eval_level(es, b) for s, es in serves.items()}
+    downstream = {s: [DOWNSTREAM_KEYS[e] for e in es if e in DOWNSTREAM_KEYS] for s, es in serves.items()}
+    if records is not None:
+        restored = run_records.restore(Path(records), out)
+        print(f"[reproduce] {restored} run record(s) restored from {records}", flush=True)
+    results = ensure_runs(out, list(serves), b, data_root, jobs=jobs, device=device, levels=levels,
+                          downstream=downstream, records=records, inception_weights=inception_weights,
+                          lpips_weights=lpips_weights, threads=threads)
     sections = []
     for i, e in enumerate(experiments, 1):
         print(f"[reproduce] analysis {i}/{len(experiments)}: {e} ({ffhq[0] or 'not run'})" if e == "ffhq" else
@@ -92,6 +105,9 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     sections.insert(0, claims_summary(sections, {"paper": "VQ-WAE as published (`paper`)",
                                                  "shipped": "VQ-WAE as shipped (defaults)"}))
     md, _ = write_report(out, "VQ-WAE reproduction report", preamble, sections)
+    if records is not None:  # the analyses added probe, t-SNE and generation results to the runs' eval.json
+        for r in results.values():
+            run_records.save(Path(r["run_dir"]), Path(records))
     (out / "results.json").write_text(json.dumps({s.label: r for s, r in results.items()}, indent=2, default=str))
     return md
 
@@ -222,8 +238,12 @@ def codebook_size(datasets, results, b: Budget, out: Path, **_) -> Section:
             side_by_side_usage({f"K={k}": _usage(results, codebook_size_spec(d, w, k, b)) for k in sizes}, fig,
                                title=f"{NAMES[w]}: code usage on {d} for each codebook size")
             figures.append(fig)
+    notes = [] if eval_level(["codebook-size"], b) != "usage" else [
+        f"rFID is not computed for this table at the `{b.name}` budget: its claims are about perplexity, and rFID on "
+        "the test images costs about as much CPU time as training the run; MSE is the distortion shown."]
     return Section("Codebook size", P.CODEBOOK_SIZE["table"],
-                   ["dataset", "model", "K", "perplexity (paper)", "rFID (paper)", "mse"], rows, claims, figures)
+                   ["dataset", "model", "K", "perplexity (paper)", "rFID (paper)", "mse"], rows, claims, figures,
+                   notes=notes)
 
 
 def pi_init(datasets, results, b: Budget, out: Path, **_) -> Section:
@@ -333,12 +353,13 @@ def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section
         sil = {}
         for m in MODELS:
             r = results[row_spec(d, m)]
-            png = out / "figures" / f"tsne_{d}_{m}.png"
-            if r.get("tsne_budget") != b.name or not png.exists():
-                r.update(tsne_run(r["run_dir"], n=min(b.tsne_points, b.eval_limit or b.tsne_points), out_png=png,
-                                  device=resolve_device(device)))
-
+            own = Path(r["run_dir"]) / layout.TSNE  # part of the run's record
+            if r.get("tsne_budget") != b.name or not own.exists():
+                r.update(tsne_run(r["run_dir"], n=min(b.tsne_points, b.eval_limit or b.tsne_points), out_png=own,
+                                  device=resolve_device(device), progress=False))
                 layout.update_eval(r["run_dir"], {"tsne_budget": b.name})
+            png = out / "figures" / f"tsne_{d}_{m}.png"
+            png.write_bytes(own.read_bytes())
             sil[m] = r.get("tsne_silhouette")
             rows.append([d, NAMES[m], fmt(sil[m])])
             figures.append(png)

@@ -45,24 +45,48 @@ class Budget:
     gen_samples: int = 1000
     tsne_points: int = 2000
     probe_limit: int | None = None  # training images for the probe (None: the training split used)
-    fid_everywhere: bool = True  # False: rFID only for the runs of the reconstruction table (smoke: speed)
+    eval_everything: bool = True  # False: each run is evaluated only for what its tables show (EVAL_NEEDS)
+    ablation_fid: bool = True  # False: no rFID for the ablations either (smoke: speed)
     pictures: bool = True  # per-run reconstruction grid, usage histogram and curves (the report's own figures always)
     ablation_preset: str = "paper"  # the published configuration as the ablations run it
 
 
 BUDGETS = {
     "smoke": Budget("smoke", "every experiment end to end on tiny subsets (a test, not a result): 64 training "
-                    "images, 2 steps, 8 evaluation images, rFID only for the reconstruction table", epochs=1,
-                    train_limit=64, eval_limit=8, max_steps=2, fid_everywhere=False, pictures=False,
+                    "images, 2 steps, 8 evaluation images", epochs=1,
+                    train_limit=64, eval_limit=8, max_steps=2, eval_everything=False, ablation_fid=False, pictures=False,
                     resolution="native", prior_epochs=1, prior_hidden=16, prior_max_steps=2, gen_samples=16,
                     tsne_points=8, fid=True, lpips=True, ablation_preset="paper-fast"),
     "cpu": Budget("cpu", "fits CPUs: the first 20,000 training images, 3,000 steps of 32 (4.8 epochs), 1,000 test "
-                  "images for every metric; the ablations with the semidiscrete solver (paper-fast)", epochs=5,
+                  "images for every metric; the ablations with the semidiscrete solver (paper-fast); each run "
+                  "evaluated for the metrics its tables show", epochs=5,
                   train_limit=20000, eval_limit=1000, max_steps=3000, prior_epochs=3, gen_samples=1000,
-                  tsne_points=1000, ablation_preset="paper-fast"),
+                  tsne_points=1000, ablation_preset="paper-fast", eval_everything=False),
     "full": Budget("full", "the paper's: full training sets, 100 epochs, whole test sets", epochs=100,
                    train_limit=None, eval_limit=None, prior_epochs=50, gen_samples=10000, tsne_points=2000),
 }
+
+# What an experiment reads from its runs' evaluations, cheapest first: "usage" (MSE, perplexity, the usage
+# histogram), "fid" (and rFID), "full" (and PSNR / SSIM / LPIPS at the budget's resolution: the reconstruction
+# table). Unless the budget evaluates everything, a run gets the most any of its experiments needs: on a CPU core
+# rFID on 1,000 images costs about 4.5 minutes and SSIM + LPIPS at 256x256 another 4, against 5-6 to train.
+EVAL_LEVELS = ("usage", "fid", "full")
+EVAL_NEEDS = {"recon": "full", "probe": "full", "generation": "full", "tsne": "full", "ffhq": "full",
+              "pi-init": "fid", "lambda": "fid", "codebook-size": "usage", "controllability": "usage"}
+# What the analyses add to a run's eval.json after training: {experiment: the key that says it was done at the
+# budget}. A run restored from a record (no weights) that lacks one is trained again.
+DOWNSTREAM_KEYS = {"probe": "probe_budget", "generation": "generation_budget", "tsne": "tsne_budget"}
+
+
+def eval_level(experiments, budget: Budget) -> str:
+    """The evaluation a run serving ``experiments`` needs at ``budget`` (a member of EVAL_LEVELS)."""
+    if budget.eval_everything:
+        return "full"
+    needs = [EVAL_NEEDS[e] for e in experiments]
+    if not budget.ablation_fid:
+        needs = ["usage" if n == "fid" else n for n in needs]
+    return max(needs, key=EVAL_LEVELS.index, default="usage")
+
 
 PI_MODES = {  # the initialisation table's rows: (learn_pi, kl_weight)
     "fixed": dict(learn_pi=False, kl_weight=1.0),

@@ -2,16 +2,19 @@
 
 A run lives in OUT/runs/<dataset>/<model>-<hash of its TrainConfig>; rerunning skips finished training and
 evaluation and resumes an interrupted run from its last completed epoch. Several runs can go at once
-(``jobs``), each process then using fewer CPU threads.
+(``jobs``), each process then using fewer CPU threads. Each run is evaluated at the level its experiments need
+(``grid.EVAL_LEVELS``); with ``records``, each finished run's record is saved there (``reproduce.records``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from vqwae.reproduce.grid import Budget, RunSpec
+from vqwae.reproduce import records as run_records
+from vqwae.reproduce.grid import EVAL_LEVELS, Budget, RunSpec
 from vqwae.quantizers import upgrade_quantizer_config
 from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
@@ -30,14 +33,29 @@ def run_dir_for(out: Path, spec: RunSpec, values: dict) -> Path:
     return Path(out) / "runs" / spec.dataset / f"{spec.model}-{digest}"
 
 
-def eval_signature(budget: Budget, fid: bool) -> dict:
-    return dict(split="test", limit=budget.eval_limit, resolution=budget.resolution, fid=fid, lpips=budget.lpips)
+def eval_signature(budget: Budget, level: str) -> dict:
+    """What an evaluation at ``level`` (a member of EVAL_LEVELS) computed, as stored in eval.json."""
+    full = level == "full"
+    return dict(split="test", limit=budget.eval_limit, level=level,
+                resolution=budget.resolution if full else "native",
+                fid=budget.fid and level != "usage", lpips=budget.lpips and full)
+
+
+def _covers(stored: dict | None, budget: Budget, level: str) -> bool:
+    """Whether a stored evaluation holds everything an evaluation at ``level`` would."""
+    if not stored or stored.get("level") not in EVAL_LEVELS:
+        return False
+    return (EVAL_LEVELS.index(stored["level"]) >= EVAL_LEVELS.index(level)
+            and stored == eval_signature(budget, stored["level"]))
 
 
 def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, device: str = "auto",
                threads: int | None = None, inception_weights: str | None = None, lpips_weights: str | None = None,
-               fid: bool = True, position: str = "") -> dict:
-    """Train (or resume, or skip) and evaluate one run; returns its eval.json plus run_dir and label.
+               level: str = "full", downstream: tuple[str, ...] = (), records: Path | None = None,
+               position: str = "") -> dict:
+    """Train (or resume, or skip) and evaluate one run at ``level``; returns its eval.json plus run_dir and label.
+    ``downstream``: eval.json keys the analyses will need (a run restored from a record without them, hence
+    without the weights to compute them, is trained again); ``records``: where to save the run's record;
     ``threads``: CPU threads (None: vqwae.threads' default); ``position``: "[i/n] " for the progress lines."""
     values = spec.config_values(budget, data_root)
     run_dir = run_dir_for(out, spec, values)
@@ -45,45 +63,58 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     if values.get("arch") == "vqgan" and lpips_weights is not None:
         local["lpips_weights"] = lpips_weights  # VQGAN's perceptual loss
     cfg = TrainConfig.from_dict(dict(values, **local))
-    history = layout.read_metrics(run_dir)
-    done = max((m.get("epoch", 0) for m in history), default=0)
-    last_step = history[-1].get("step", 0) if history else 0
     opt = cfg.optim
-    finished = done >= opt.epochs or (opt.max_steps is not None and last_step >= opt.max_steps)
-    if not finished:
+
+    def finished(history):
+        done = max((m.get("epoch", 0) for m in history), default=0)
+        last_step = history[-1].get("step", 0) if history else 0
+        return done >= opt.epochs or (opt.max_steps is not None and last_step >= opt.max_steps)
+
+    history = layout.read_metrics(run_dir)
+    result = layout.read_eval(run_dir)
+    if finished(history) and not layout.has_weights(run_dir):  # restored from a record
+        lacks = [k for k in downstream if result.get(k) != budget.name]
+        if not _covers(result.get("eval_signature"), budget, level):
+            lacks.insert(0, f"a {level} evaluation")
+        if lacks:
+            print(f"[reproduce] {position}{spec.label}: its record has no weights and lacks {', '.join(lacks)}; "
+                  "training it again", flush=True)
+            shutil.rmtree(run_dir)
+            history, result = [], {}
+    if not finished(history):
         print(f"[reproduce] {position}training {spec.label} ({opt.max_steps or '-'} steps) -> {run_dir}", flush=True)
         train(cfg, resume=(run_dir / layout.STATE).exists(), progress=False)
-    result = layout.read_eval(run_dir)
-    fid = fid and budget.fid
-    if result.get("eval_signature") != eval_signature(budget, fid):
-        print(f"[reproduce] {position}evaluating {spec.label}", flush=True)
-        result = evaluate_run(run_dir, split="test", limit=budget.eval_limit, resolution=budget.resolution,
-                              fid=fid, lpips=budget.lpips, device=device, progress=False, pictures=budget.pictures,
-                              threads=threads,
-                              inception_weights=inception_weights, lpips_weights=lpips_weights)
-        result = layout.update_eval(run_dir, {"eval_signature": eval_signature(budget, fid)})
+        result = layout.read_eval(run_dir)
+    if not _covers(result.get("eval_signature"), budget, level):
+        print(f"[reproduce] {position}evaluating {spec.label} ({level})", flush=True)
+        sig = eval_signature(budget, level)
+        evaluate_run(run_dir, split="test", limit=budget.eval_limit, resolution=sig["resolution"], fid=sig["fid"],
+                     lpips=sig["lpips"], device=device, progress=False, pictures=budget.pictures, threads=threads,
+                     inception_weights=inception_weights, lpips_weights=lpips_weights)
+        result = layout.update_eval(run_dir, {"eval_signature": sig})
+    if records is not None:
+        run_records.save(run_dir, records)
     train_seconds = sum(m.get("seconds", 0.0) for m in layout.read_metrics(run_dir))
     return dict(result, run_dir=str(run_dir), label=spec.label, train_seconds=train_seconds)
 
 
 def ensure_runs(out: Path, specs: list[RunSpec], budget: Budget, data_root: str | None, *, jobs: int = 1,
                 device: str = "auto", inception_weights: str | None = None, lpips_weights: str | None = None,
-                fid_specs: set | None = None, threads: int | None = None) -> dict:
-    """All runs (deduplicated), in parallel when jobs > 1. Returns {spec: result}. rFID is computed for the
-    runs in ``fid_specs`` (all when None or when the budget says fid_everywhere)."""
+                levels: dict | None = None, downstream: dict | None = None, records: Path | None = None,
+                threads: int | None = None) -> dict:
+    """All runs (deduplicated), in parallel when jobs > 1. Returns {spec: result}. ``levels``: {spec: the
+    evaluation it needs} ("full" for a spec not in it); ``downstream``: {spec: eval.json keys the analyses need}."""
     unique = list(dict.fromkeys(specs))
-    kwargs = dict(device=device, inception_weights=inception_weights, lpips_weights=lpips_weights)
-
-    def fid_for(s):
-        return budget.fid_everywhere or fid_specs is None or s in fid_specs
-
+    levels, downstream = levels or {}, downstream or {}
+    kwargs = dict(device=device, inception_weights=inception_weights, lpips_weights=lpips_weights, records=records)
     where = {s: f"[{i}/{len(unique)}] " for i, s in enumerate(unique, 1)}
+
+    def args(s):
+        return dict(level=levels.get(s, "full"), downstream=tuple(downstream.get(s, ())), position=where[s], **kwargs)
+
     if jobs <= 1:
-        return {s: ensure_run(out, s, budget, data_root, fid=fid_for(s), threads=threads, position=where[s], **kwargs)
-                for s in unique}
+        return {s: ensure_run(out, s, budget, data_root, threads=threads, **args(s)) for s in unique}
     threads = threads or max(1, default_num_threads() // jobs)  # the free CPUs, shared by the jobs
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {s: pool.submit(ensure_run, out, s, budget, data_root, threads=threads, fid=fid_for(s),
-                                  position=where[s], **kwargs)
-                   for s in unique}
+        futures = {s: pool.submit(ensure_run, out, s, budget, data_root, threads=threads, **args(s)) for s in unique}
         return {s: f.result() for s, f in futures.items()}

@@ -14,6 +14,9 @@
     RUN_DIR/tensorboard/               TensorBoard event files (vqwae train --logger tensorboard)
     RUN_DIR/prior/                     the PixelCNN prior (vqwae prior train); prior_cond/, prior_uncond/ beside it
     RUN_DIR/samples/                   images sampled from the prior (vqwae sample)
+
+A run's *record* is its small text files (config, metrics, eval.json, usage histograms) and its t-SNE picture:
+everything a report reads once the run is trained and evaluated, without the weights (see RECORD_FILES).
 """
 from __future__ import annotations
 
@@ -44,6 +47,8 @@ PRIOR = "prior"
 ALT_PRIORS = {True: "prior_cond", False: "prior_uncond"}
 
 PathLike = str | os.PathLike
+#: The files of a run's record (plus code_usage_SPLIT.json): what `vqwae reproduce --records` keeps.
+RECORD_FILES = (CONFIG, MODEL_CONFIG, METRICS, EVAL, TSNE)
 
 
 def code_usage_json(run_dir: PathLike, split: str) -> Path:
@@ -56,6 +61,16 @@ def code_usage_png(run_dir: PathLike, split: str) -> Path:
 
 def reconstructions_png(run_dir: PathLike, split: str) -> Path:
     return Path(run_dir) / f"reconstructions_{split}.png"
+
+
+def record_files(run_dir: PathLike) -> list[Path]:
+    """The files of RUN_DIR's record that exist (RECORD_FILES and the code usage histograms' JSON)."""
+    d = Path(run_dir)
+    return [d / n for n in RECORD_FILES if (d / n).is_file()] + sorted(d.glob("code_usage_*.json"))
+
+
+def has_weights(run_dir: PathLike) -> bool:
+    return (Path(run_dir) / MODEL_WEIGHTS).is_file()
 
 
 # ---- what a folder holds --------------------------------------------------------------------------------
