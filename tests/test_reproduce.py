@@ -98,6 +98,17 @@ def test_the_report_is_rebuilt_from_the_run_records_alone(smoke):
     assert rebuilt == first
 
 
+def test_plan_lists_the_runs_and_where_they_stand(smoke, tmp_path):
+    rep = smoke[0]
+    r = CliRunner().invoke(app, ["reproduce", "--plan", "--experiment", "recon,lambda", "--budget", "smoke",
+                                 "--datasets", "digits", "--out", str(tmp_path / "new"),
+                                 "--records", str(rep.parent / "records")])
+    assert r.exit_code == 0, r.output
+    assert "record  full  digits/vqwae[preset=paper]  <- recon" in r.output
+    assert "10 runs of 2 steps at the `smoke` budget: 10 record" in r.output  # recon's 4 and lambda's 6
+    assert not (tmp_path / "new").exists()  # a plan writes nothing
+
+
 def test_a_record_without_what_the_report_needs_is_trained_again(tmp_path):
     from vqwae.reproduce.runner import ensure_run, run_dir_for
     from vqwae.runs import layout

@@ -29,6 +29,8 @@ def reproduce_command(
     records: Path | None = Opt(None, help="Folder of run records (each finished run's config, metrics and "
                                           "evaluation, no weights): start from those found there and save every "
                                           "finished run's record to it, to build a report over several sessions."),
+    plan: bool = Opt(False, "--plan", help="Only list the runs (where each stands, the evaluation it needs, the "
+                                           "experiments it serves) and stop."),
 ) -> None:
     """Run (or resume) the paper's experiments; finished runs are reused, interrupted ones resumed."""
     at_least("--jobs", jobs)
@@ -38,8 +40,9 @@ def reproduce_command(
         with threads_on(dev, threads):
             md = reproduce([e.strip() for e in experiment.split(",")], [d.strip() for d in datasets.split(",")],
                            budget, out, data_root=data_root, jobs=jobs, device=device, threads=threads,
-                           inception_weights=inception_weights, lpips_weights=lpips_weights, records=records,
+                           inception_weights=inception_weights, lpips_weights=lpips_weights, records=records, plan=plan,
                            command="vqwae " + " ".join(sys.argv[1:]))
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         fail(str(e))
-    typer.echo(f"report: {md} and {md.with_suffix('.html')}")
+    if md is not None:
+        typer.echo(f"report: {md} and {md.with_suffix('.html')}")

@@ -23,12 +23,13 @@ from vqwae.quantizers.wasserstein import initial_pi
 from vqwae.reproduce import paper_numbers as P
 from vqwae.metrics.lpips import resolve_lpips_weights
 from vqwae.reproduce import records as run_records
-from vqwae.reproduce.grid import (BASELINES, BUDGETS, CODEBOOK_SIZES, DOWNSTREAM_KEYS, EXPERIMENTS, FFHQ_MODELS,
+from vqwae.reproduce.grid import (BASELINES, BUDGETS, CODEBOOK_SIZES, DOWNSTREAM_KEYS, EVAL_LEVELS, EXPERIMENTS,
+                                  FFHQ_MODELS,
                                   FFHQ_STAND_IN, LAMBDA_RS, LAMBDAS, MODELS, PAPER_DATASETS, PI_INITS, PI_MODES, ROWS,
                                   WAE_ROWS, Budget, RunSpec, codebook_size_spec, eval_level, ffhq_spec, lambda_spec,
                                   pi_spec, row_spec, runs_for)
 from vqwae.reproduce.report import Claim, Section, claims_summary, fmt, write_report
-from vqwae.reproduce.runner import ensure_runs
+from vqwae.reproduce.runner import ensure_runs, run_status
 from vqwae.runs import layout
 from vqwae.runs.generation import generation_fid
 from vqwae.runs.prior import train_run_prior
@@ -46,10 +47,11 @@ def _paper_key(d: str, row: str) -> tuple[str, str]:
 def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Path, *, data_root: str | None = None,
               jobs: int = 1, device: str = "auto", inception_weights: str | None = None,
               lpips_weights: str | None = None, command: str = "", threads: int | None = None,
-              records: Path | None = None) -> Path:
+              records: Path | None = None, plan: bool = False) -> Path | None:
     """Train, evaluate and analyse what ``experiments`` need on ``datasets`` at ``budget``; write OUT/REPORT.md.
     ``records``: a folder of run records to start from and to save every finished run's record to
-    (``reproduce.records``), so the report can be built over several sessions."""
+    (``reproduce.records``), so the report can be built over several sessions. ``plan``: only print the runs
+    (what each is for, the evaluation it needs, where it stands) and return None."""
     if budget not in BUDGETS:
         raise ValueError(f"unknown budget {budget!r}; valid: {', '.join(BUDGETS)}")
     if experiments == ["all"]:
@@ -59,7 +61,6 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
             raise ValueError(f"unknown experiment {e!r}; valid: {', '.join(EXPERIMENTS)}, all")
     b = BUDGETS[budget]
     out = Path(out)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     available, not_run = _available(datasets, data_root)
     serves: dict[RunSpec, list[str]] = {}  # run -> the experiments that read it
@@ -73,9 +74,14 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
             serves.setdefault(ffhq_spec(ffhq[0], m, b), []).append("ffhq")
     levels = {s: eval_level(es, b) for s, es in serves.items()}
     downstream = {s: [DOWNSTREAM_KEYS[e] for e in es if e in DOWNSTREAM_KEYS] for s, es in serves.items()}
+    restored = 0
+    if plan:
+        _print_plan(serves, levels, b, out, data_root, records)
+        return None
     if records is not None:
         restored = run_records.restore(Path(records), out)
         print(f"[reproduce] {restored} run record(s) restored from {records}", flush=True)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
     results = ensure_runs(out, list(serves), b, data_root, jobs=jobs, device=device, levels=levels,
                           downstream=downstream, records=records, inception_weights=inception_weights,
                           lpips_weights=lpips_weights, threads=threads)
@@ -99,8 +105,12 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
         f"Hardware: {platform.processor() or platform.machine()}, {torch.get_num_threads()} CPU threads, "
         f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}; "
         f"torch {torch.__version__}, Python {platform.python_version()}. Date {time.strftime('%Y-%m-%d')}. "
-        f"Wall time {time.perf_counter() - t0:.0f} s.",
+        f"Wall time of this invocation {time.perf_counter() - t0:.0f} s.",
         f"Command: `{command or ' '.join(sys.argv)}`",
+        f"Training: {len(results)} runs, {sum(r.get('train_seconds', 0.0) for r in results.values()) / 3600:.1f} "
+        f"hours in all by the runs' own clocks ({_threads_note(jobs, threads)})"
+        + (f"; records of {restored} runs, trained and evaluated by earlier invocations of this command, were "
+           f"restored from `{records}`." if restored else "."),
     ]
     sections.insert(0, claims_summary(sections, {"paper": "VQ-WAE as published (`paper`)",
                                                  "shipped": "VQ-WAE as shipped (defaults)"}))
@@ -110,6 +120,21 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
             run_records.save(Path(r["run_dir"]), Path(records))
     (out / "results.json").write_text(json.dumps({s.label: r for s, r in results.items()}, indent=2, default=str))
     return md
+
+
+def _print_plan(serves: dict, levels: dict, b: Budget, out: Path, data_root: str | None, records) -> None:
+    status = {s: run_status(out, s, b, data_root, records) for s in serves}
+    for s, es in serves.items():
+        print(f"{status[s]:8}{levels[s]:6}{s.label}  <- {', '.join(es)}")
+    counts = {k: sum(v == k for v in status.values()) for k in ("done", "record", "partial", "to do")}
+    steps = b.max_steps or "-"
+    print(f"{len(serves)} runs of {steps} steps at the `{b.name}` budget: "
+          + ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+          + "; evaluations: " + ", ".join(f"{sum(v == lv for v in levels.values())} {lv}" for lv in EVAL_LEVELS))
+
+
+def _threads_note(jobs: int, threads: int | None) -> str:
+    return f"{jobs} at a time" + (f", {threads} thread(s) each" if threads else "")
 
 
 ABLATION_NOTE = {"paper-fast": ", run with the semidiscrete solver instead of exact OT (`paper-fast`: only the "
