@@ -74,6 +74,11 @@ class Quantizer(nn.Module):
             config = dataclasses.replace(config, **options)
         self.config = config
         self.num_codes, self.dim = config.num_codes, config.dim
+        self._done_once: set[str] = set()  # host-side cache of the flags of _once_per_run found set
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._done_once.clear()  # re-read the loaded flags on the next training step
 
     # ---- to be provided by subclasses -------------------------------------------------------------
     @property
@@ -85,6 +90,18 @@ class Quantizer(nn.Module):
         return torch.nn.functional.mse_loss(x_hat, x)
 
     # ---- shared machinery -----------------------------------------------------------------------
+    def _once_per_run(self, flag: str, init, *args) -> None:
+        """``init(*args)`` on the first training batch of a run, and never again: ``flag`` names a saved bool
+        buffer saying it was done, so a resumed run keeps what it set. The flag is read on the host until it
+        is found set, then the answer is cached on the module: no host synchronisation after that."""
+        if flag in self._done_once:
+            return
+        done = getattr(self, flag)
+        if not bool(done):
+            init(*args)
+            done.fill_(True)
+        self._done_once.add(flag)
+
     def config_dict(self) -> dict:
         return {"kind": self.kind, **dataclasses.asdict(self.config)}
 

@@ -82,14 +82,12 @@ class StochasticQuantizer(Quantizer):
         # g: the latents are quantized as g z. 1 until latent_scale="data" sets it on the first training batch.
         self.register_buffer("latent_gain", torch.ones(()))
         self.register_buffer("gain_initialized", torch.tensor(cfg.latent_scale == "none"))
-        self._gain_ready = cfg.latent_scale == "none"  # host-side cache: no sync once set
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, *args, **kwargs):
         # Runs saved before latent_scale existed quantized z itself: load them with g = 1, already set.
         for name, value in (("latent_gain", torch.ones(())), ("gain_initialized", torch.tensor(True))):
             state_dict.setdefault(prefix + name, value)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, *args, **kwargs)
-        self._gain_ready = False  # re-read the loaded flag on the next training step
 
     @torch.no_grad()
     def _init_gain(self, flat: torch.Tensor) -> None:
@@ -97,7 +95,6 @@ class StochasticQuantizer(Quantizer):
         stats = all_reduce_sum(torch.stack([flat.pow(2).sum(), flat.new_tensor(float(flat.numel()))]).double())
         rms = (stats[0] / stats[1]).sqrt().float()
         self.latent_gain.copy_(1.0 / rms.clamp_min(1e-12))
-        self.gain_initialized.fill_(True)
 
     @property
     def codebook(self) -> torch.Tensor:
@@ -130,10 +127,8 @@ class StochasticQuantizer(Quantizer):
         self.check_input(z, mask)
         b = z.shape[0]
         flat = self.flatten(z)  # (B, M, D)
-        if self.training and not self._gain_ready:
-            if not bool(self.gain_initialized):  # one host read, until the gain is set
-                self._init_gain(flat)
-            self._gain_ready = True
+        if self.training:
+            self._once_per_run("gain_initialized", self._init_gain, flat)
         flat = flat * self.latent_gain  # g z: the method's unit-scale coordinates
         logits = -squared_distances(flat, self.embedding) / (2 * self.variance)  # (B, M, K)
         indices = logits.detach().argmax(-1)  # the nearest codeword

@@ -167,7 +167,6 @@ class WassersteinQuantizer(Quantizer):
         if cfg.codebook_init == "data":
             # Set once the codebook has been drawn from a training batch (saved, so a resumed run keeps it).
             self.register_buffer("codebook_initialized", torch.zeros((), dtype=torch.bool))
-        self._codebook_ready = cfg.codebook_init != "data"  # host-side cache: no sync once initialised
         if cfg.codebook_update == "transport":
             # EMAs of the mass the plan sends to each code and of the latents it sends there, summed over
             # positions (zero-initialised: their ratio, the codeword, needs no debiasing).
@@ -182,7 +181,6 @@ class WassersteinQuantizer(Quantizer):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         _upgrade_state_dict(state_dict, prefix, self.config.solver)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
-        self._codebook_ready = self.config.codebook_init != "data"  # re-read the loaded flag on the next step
 
     @property
     def pi(self) -> torch.Tensor:
@@ -285,7 +283,6 @@ class WassersteinQuantizer(Quantizer):
         if self.config.codebook_update == "transport":
             self.transport_mass.zero_()
             self.transport_sum.zero_()
-        self.codebook_initialized.fill_(True)
 
     def kl_to_uniform(self) -> torch.Tensor:
         """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean")."""
@@ -317,10 +314,8 @@ class WassersteinQuantizer(Quantizer):
             per_sample = keep.sum() / b  # positions per sample, on average (a tensor: no host read)
         else:
             ot_flat, per_sample = flat, None
-        if self.training and not self._codebook_ready:
-            if not bool(self.codebook_initialized):  # one host read, until the codebook is set
-                self._init_codebook_from(ot_flat)
-            self._codebook_ready = True
+        if self.training and self.config.codebook_init == "data":
+            self._once_per_run("codebook_initialized", self._init_codebook_from, ot_flat)
         want_loss = self.training if compute_loss is None else compute_loss
         search = None
         if want_loss and self.solver.shares_search and not self._gathered():
