@@ -36,7 +36,6 @@ from vqwae.runs.prior import train_run_prior
 from vqwae.runs.studies import probe_run, tsne_run
 
 NAMES = {"vqvae": "VQ-VAE", "sqvae": "SQ-VAE", "vqwae-paper": "VQ-WAE (paper)", "vqwae": "VQ-WAE (shipped)"}
-CONFIG = {"vqwae-paper": "paper", "vqwae": "shipped"}  # which column of the summary a row's claims go to
 
 
 def _paper_key(d: str, row: str) -> tuple[str, str]:
@@ -220,12 +219,12 @@ def recon(datasets, results, b: Budget, out: Path, **_) -> Section:
         rfid = {m: _get(results, row_spec(d, m), "rfid") for m in MODELS}
         for w in WAE_ROWS:
             claims.append(_claim_best(f"{d}: VQ-WAE has the highest codebook perplexity", _against_baselines(ppl, w),
-                                      w, lower=False, config=CONFIG[w]))
+                                      w, lower=False, config=WAE_ROWS[w]))
             claims.append(_claim_best(f"{d}: VQ-WAE has the lowest rFID", _against_baselines(rfid, w), w, lower=True,
-                                      config=CONFIG[w]))
+                                      config=WAE_ROWS[w]))
             if ppl[w] is not None and ppl["vqvae"] is not None:
                 claims.append(Claim(f"{d}: VQ-WAE uses its codebook far better than VQ-VAE (perplexity at least 2x)",
-                                    ppl[w] >= 2 * ppl["vqvae"], f"{fmt(ppl[w])} vs {fmt(ppl['vqvae'])}", CONFIG[w]))
+                                    ppl[w] >= 2 * ppl["vqvae"], f"{fmt(ppl[w])} vs {fmt(ppl['vqvae'])}", WAE_ROWS[w]))
         fig = out / "figures" / f"recon_usage_{d}.png"
         side_by_side_usage({NAMES[m]: _usage(results, row_spec(d, m)) for m in MODELS}, fig,
                            title=f"Code usage on the {d} test split (K=512)")
@@ -251,14 +250,14 @@ def codebook_size(datasets, results, b: Budget, out: Path, **_) -> Section:
             for k in sizes:
                 ppl = {m: _get(results, codebook_size_spec(d, m, k, b), "perplexity") for m in (*BASELINES, w)}
                 claims.append(_claim_best(f"{d}, K={k}: VQ-WAE has the highest perplexity", ppl, w, lower=False,
-                                          config=CONFIG[w]))
+                                          config=WAE_ROWS[w]))
             wae = [_get(results, codebook_size_spec(d, w, k, b), "perplexity") for k in sizes]
             if None not in wae:
                 claims.append(Claim(f"{d}: VQ-WAE's perplexity grows with K", all(a < c for a, c in zip(wae, wae[1:])),
-                                    " < ".join(fmt(v) for v in wae), CONFIG[w]))
+                                    " < ".join(fmt(v) for v in wae), WAE_ROWS[w]))
                 claims.append(Claim(f"{d}: VQ-WAE's perplexity reaches at least 0.9 K at every K",
                                     all(v >= 0.9 * k for v, k in zip(wae, sizes)),
-                                    ", ".join(f"{fmt(v)}/{k}" for v, k in zip(wae, sizes)), CONFIG[w]))
+                                    ", ".join(f"{fmt(v)}/{k}" for v, k in zip(wae, sizes)), WAE_ROWS[w]))
             fig = out / "figures" / f"codebook_size_usage_{d}_{w}.png"
             side_by_side_usage({f"K={k}": _usage(results, codebook_size_spec(d, w, k, b)) for k in sizes}, fig,
                                title=f"{NAMES[w]}: code usage on {d} for each codebook size")
@@ -366,7 +365,7 @@ def probe(datasets, results, b: Budget, out: Path, device="auto", **_) -> Sectio
                          fmt(100 * r["probe_accuracy_continuous"])])
         for w in WAE_ROWS:
             claims.append(_claim_best(f"{d}: a linear probe on VQ-WAE's quantized latents is the most accurate",
-                                      _against_baselines(acc, w), w, lower=False, config=CONFIG[w]))
+                                      _against_baselines(acc, w), w, lower=False, config=WAE_ROWS[w]))
     return Section("Linear probe", P.PROBE["table"],
                    ["dataset", "model", "accuracy % on quantized (paper)", "accuracy % on continuous"], rows, claims)
 
@@ -390,7 +389,7 @@ def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section
             figures.append(png)
         for w in WAE_ROWS:
             claims.append(_claim_best(f"{d}: VQ-WAE's classes are the best separated in t-SNE (highest silhouette)",
-                                      _against_baselines(sil, w), w, lower=False, config=CONFIG[w]))
+                                      _against_baselines(sil, w), w, lower=False, config=WAE_ROWS[w]))
     return Section("t-SNE", "Figure 't-SNE feature visualization' (fig:tsne), with a silhouette score",
                    ["dataset", "model", "silhouette of classes"], rows, claims, figures)
 
@@ -420,7 +419,7 @@ def generation(datasets, results, b: Budget, out: Path, device="auto", inception
                          _paper_pair(r.get("gfid_cond"), paper[1])])
         for w in WAE_ROWS:
             claims.append(_claim_best(f"{d}: VQ-WAE's codes give the lowest unconditional generation FID",
-                                      _against_baselines(fids, w), w, lower=True, config=CONFIG[w]))
+                                      _against_baselines(fids, w), w, lower=True, config=WAE_ROWS[w]))
     notes = [] if inception is not None else [f"Generation FID not computed: {why}"]
     return Section("Generation", P.GENERATION["table"],
                    ["dataset", "model", "FID unconditional (paper)", "FID class-conditional (paper)"], rows, claims,
