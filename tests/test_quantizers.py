@@ -192,6 +192,35 @@ def test_no_code_is_left_dead_where_vq_vae_ema_starves_codes(solver):
     assert int((usage_vq == 0).sum()) >= 10, usage_vq  # measured: 14 dead codes, perplexity 1.89
 
 
+def test_a_light_kl_lets_pi_collapse_and_pi_floor_keeps_every_code_its_share():
+    # With kl_weight <= 0.01 nothing stops dW/dpi from piling pi onto one code: the WS term then transports
+    # every latent to that code (the collapse BENCHMARKS.md section 8c saw on MNIST). pi_floor = a keeps at
+    # least a / K on every code whatever the KL, so the plan feeds every code.
+    def learned_pi(**options):
+        torch.manual_seed(0)
+        q = WassersteinQuantizer(num_codes=16, dim=DIM, num_positions=1, ws_weight=1.0, kl_weight=0.01, **options)
+        train_codebook_only(q, lr=0.2)
+        return q.pi[0] * 16, q.transport_mass / q.transport_mass.sum() * 16
+
+    pi, _ = learned_pi()
+    assert pi.max() > 15, pi  # measured: 16.0, all the mass on one code
+    pi, mass = learned_pi(pi_floor=0.5)
+    assert pi.min() >= 0.5 - 1e-5 and pi.max() < 10, pi  # measured: 0.5 ... 8.5
+    assert mass.min() >= 0.25, mass  # every code still receives (about) its floor of the plan's mass
+
+
+def test_pi_floor_mixes_pi_with_the_uniform_distribution():
+    q = WassersteinQuantizer(num_codes=16, dim=4, num_positions=2, pi_floor=0.5)
+    peaked = torch.full((16,), 0.5 / 16)
+    peaked[3] += 0.5
+    q.set_pi(peaked)
+    assert torch.allclose(q.pi, peaked.expand(2, 16), atol=1e-6) and torch.allclose(q.pi.sum(-1), torch.ones(2))
+    with pytest.raises(ValueError, match="at least pi_floor / K"):
+        q.set_pi(torch.eye(16)[3])  # below a / K on 15 codes: not representable
+    with pytest.raises(ValueError, match="pi_floor"):
+        WassersteinQuantizer(num_codes=16, dim=4, pi_floor=1.0)
+
+
 # ---- SQ-VAE: the latent scale its posterior assumes --------------------------------------------------
 
 

@@ -107,6 +107,9 @@ def test_plan_lists_the_runs_and_where_they_stand(smoke, tmp_path):
     assert "record  full  digits/vqwae[preset=paper]  <- recon" in r.output
     assert "10 runs of 2 steps at the `smoke` budget: 10 record" in r.output  # recon's 4 and lambda's 6
     assert not (tmp_path / "new").exists()  # a plan writes nothing
+    r = CliRunner().invoke(app, ["reproduce", "--plan", "--experiment", "recon", "--budget", "smoke",
+                                 "--datasets", "digits", "--out", str(rep)])
+    assert "done    full  digits/vqwae[preset=paper]  <- recon" in r.output, r.output  # trained and evaluated
 
 
 def test_a_record_without_what_the_report_needs_is_trained_again(tmp_path):

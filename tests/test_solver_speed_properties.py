@@ -131,15 +131,15 @@ class _NoHostSync:
             setattr(torch.Tensor, n, f)
 
 
-@pytest.mark.parametrize("update", ["transport", "gradient"])
+@pytest.mark.parametrize("update,pi_floor", [("transport", 0.0), ("gradient", 0.0), ("transport", 0.5)])
 @pytest.mark.parametrize("num_positions", [4, None])
-def test_semidiscrete_solver_path_never_syncs_with_the_host(num_positions, update):
+def test_semidiscrete_solver_path_never_syncs_with_the_host(num_positions, update, pi_floor):
     q = WassersteinQuantizer(num_codes=16, dim=8, num_positions=num_positions, codebook_update=update,
-                             codebook_init="normal").train()
+                             codebook_init="normal", pi_floor=pi_floor).train()
     flat = torch.randn(6, 4, 8, requires_grad=True)
     before = q.embedding.detach().clone()
     with _NoHostSync():
-        w = q.wasserstein(flat)  # assignment, value, the potential's ascent step (and the codebook's EMA)
+        w = q.wasserstein(flat) + q.kl_to_uniform()  # assignment, value, the potential's ascent step (and the codebook's EMA)
         w.backward()
     assert flat.grad is not None and q.beta.grad is not None
     assert q.solver.potential.abs().sum() > 0  # the ascent step happened

@@ -14,7 +14,7 @@ QUANTIZERS = {q.kind: q for q in (WassersteinQuantizer, VectorQuantizer, Stochas
 
 # What a format-1 saved config (written before format versions, 2026-11-23) leaves out, with the value that run
 # was trained with: options added later whose new default differs from the behaviour before them.
-_FORMAT_1_IMPLICIT = {"wasserstein": {"codebook_update": "gradient"}}
+_FORMAT_1_IMPLICIT = {"wasserstein": {"codebook_update": "gradient", "pi_floor": 0.0}}
 
 
 def upgrade_quantizer_config(kind: str, values: dict, version: int) -> dict:

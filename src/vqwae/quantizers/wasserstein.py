@@ -64,6 +64,8 @@ class WassersteinOptions:
     pi_init: str = option("uniform", "vqwae: initial pi (peaked, gaussian: the controllability ablation)",
                           choices=PI_INITS)
     learn_pi: bool = option(True, "vqwae: learn pi (--fixed-pi keeps its initial value)", negative="fixed-pi")
+    pi_floor: float = option(0.0, "vqwae: a, pi = (1 - a) softmax(beta) + a / K: every code keeps at least a / K of "
+                             "the mass (0: the paper)", min=0, below=1)
     epsilon: float = option(0.05, "vqwae sinkhorn / dual: entropic regularisation, relative to the batch's mean cost",
                             min=0)
     sinkhorn_iters: int = option(50, "vqwae sinkhorn: iteration cap", min=1)
@@ -182,22 +184,36 @@ class WassersteinQuantizer(Quantizer):
         _upgrade_state_dict(state_dict, prefix, self.config.solver)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
+    def log_pi(self) -> torch.Tensor:
+        """log pi^m, shape (M, K), differentiable w.r.t. beta: pi^m = softmax(beta^m), mixed with the uniform
+        distribution when pi_floor = a > 0: pi = (1 - a) softmax(beta) + a / K, so no code's mass falls below a / K."""
+        log_pi = torch.log_softmax(self.beta, dim=-1)
+        a = self.config.pi_floor
+        if a:
+            log_pi = torch.logaddexp(log_pi + math.log1p(-a), torch.full_like(log_pi, math.log(a / self.num_codes)))
+        return log_pi
+
     @property
     def pi(self) -> torch.Tensor:
-        """Current code weights pi^m = softmax(beta^m), shape (M, K) (M = 1 when shared)."""
-        return torch.softmax(self.beta.detach(), dim=-1)
+        """Current code weights pi^m (softmax(beta^m), floored by pi_floor), shape (M, K) (M = 1 when shared)."""
+        return self.log_pi().detach().exp()
 
     @torch.no_grad()
     def set_pi(self, probs: torch.Tensor) -> None:
         """Set pi to given probabilities, (K,) or (M, K) (e.g. a known prior, with learn_pi=False)."""
         probs = torch.as_tensor(probs, dtype=torch.float32, device=self.beta.device)
+        a = self.config.pi_floor
         if probs.shape[-1] != self.num_codes or probs.dim() > 2 or (probs.dim() == 2 and probs.shape[0] not in (1, self.groups)):
             raise ValueError(f"pi must have shape ({self.num_codes},) or ({self.groups}, {self.num_codes}), "
                              f"got {tuple(probs.shape)}")
         if not torch.isfinite(probs).all() or (probs < 0).any() or (probs.sum(-1) <= 0).any():
             raise ValueError("pi must be finite and non-negative with a positive sum (got NaN, Inf, a negative "
                              "or an all-zero row)")
-        self.beta.copy_((probs / probs.sum(-1, keepdim=True)).clamp_min(1e-12).log().expand_as(self.beta))
+        probs = probs / probs.sum(-1, keepdim=True)
+        if a and (probs < a / self.num_codes * (1 - 1e-4)).any():
+            raise ValueError(f"pi must be at least pi_floor / K = {a / self.num_codes:.3g} everywhere (pi_floor={a})")
+        probs = ((probs - a / self.num_codes) / (1 - a)).clamp_min(1e-12)  # the softmax part
+        self.beta.copy_(probs.log().expand_as(self.beta))
 
     def _check_positions(self, flat: torch.Tensor) -> None:
         m = flat.shape[1]
@@ -224,7 +240,7 @@ class WassersteinQuantizer(Quantizer):
         transport_update = self.training and self.config.codebook_update == "transport"
         # A snapshot when the codebook is updated in place below: the backward uses the codes of the assignment.
         c = self.embedding.detach().clone() if transport_update else self.embedding
-        log_pi = torch.log_softmax(self.beta, dim=-1)  # (G, K)
+        log_pi = self.log_pi()  # (G, K)
         transport = self.solver(flat, c, log_pi, update=self.training, want_plan=transport_update, search=search)
         if transport_update:
             self._transport_update(transport)
@@ -286,7 +302,7 @@ class WassersteinQuantizer(Quantizer):
 
     def kl_to_uniform(self) -> torch.Tensor:
         """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean")."""
-        log_pi = torch.log_softmax(self.beta, dim=-1)
+        log_pi = self.log_pi()
         kl = (log_pi.exp() * (log_pi + math.log(self.num_codes))).sum()
         return kl / self.num_codes if self.config.kl_reduction == "mean" else kl
 

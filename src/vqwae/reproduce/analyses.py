@@ -122,10 +122,10 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
 
 
 def _print_plan(serves: dict, levels: dict, b: Budget, out: Path, data_root: str | None, records) -> None:
-    status = {s: run_status(out, s, b, data_root, records) for s in serves}
+    status = {s: run_status(out, s, b, data_root, records, levels[s]) for s in serves}
     for s, es in serves.items():
         print(f"{status[s]:8}{levels[s]:6}{s.label}  <- {', '.join(es)}")
-    counts = {k: sum(v == k for v in status.values()) for k in ("done", "record", "partial", "to do")}
+    counts = {k: sum(v == k for v in status.values()) for k in ("done", "trained", "record", "partial", "to do")}
     steps = b.max_steps or "-"
     print(f"{len(serves)} runs of {steps} steps at the `{b.name}` budget: "
           + ", ".join(f"{n} {k}" for k, n in counts.items() if n)

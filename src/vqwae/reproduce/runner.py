@@ -98,9 +98,10 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     return dict(result, run_dir=str(run_dir), label=spec.label, train_seconds=train_seconds)
 
 
-def run_status(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, records: Path | None = None) -> str:
-    """Where a run stands: "done" (trained in OUT), "record" (a record to restore), "partial" (resumable) or
-    "to do"."""
+def run_status(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, records: Path | None = None,
+               level: str = "full") -> str:
+    """Where a run stands: "done" (trained in OUT and evaluated at ``level``), "trained" (its evaluation still to
+    do), "record" (a record to restore), "partial" (resumable) or "to do"."""
     values = spec.config_values(budget, data_root)
     run_dir = run_dir_for(out, spec, values)
     if records is not None and not run_dir.exists() and (Path(records) / run_dir.parent.name / run_dir.name).is_dir():
@@ -108,7 +109,7 @@ def run_status(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     history = layout.read_metrics(run_dir)
     if history and (history[-1].get("step", 0) >= (values.get("max_steps") or float("inf"))
                     or max(m.get("epoch", 0) for m in history) >= values["epochs"]):
-        return "done"
+        return "done" if _covers(layout.read_eval(run_dir).get("eval_signature"), budget, level) else "trained"
     return "partial" if (run_dir / layout.STATE).exists() else "to do"
 
 
