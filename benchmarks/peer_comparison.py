@@ -33,7 +33,7 @@ from vqwae.data import load_splits
 from vqwae.metrics.usage import CodeUsage
 from vqwae.models import NetworkConfig, VQAutoencoder
 from vqwae.models.networks import build_networks
-from vqwae.quantizers import QuantizerOutput, build_quantizer
+from vqwae.quantizers import QuantizerOutput, WassersteinQuantizer, build_quantizer
 from vqwae.training.config import TrainConfig
 
 HERE = Path(__file__).resolve().parent
@@ -156,12 +156,49 @@ def training_batches(train, steps: int, seed: int, batch: int = 32):
 def evaluate(model, test_x: torch.Tensor, batch: int = 500) -> dict:
     model.eval()
     usage, se = CodeUsage(model.quantizer.num_codes), 0.0
+    latents = []
     for x in test_x.split(batch):
         x_hat, out = model(x)
         usage.update(out.indices)
         se += float(((x_hat.clamp(0, 1) - x) ** 2).mean()) * len(x)
+        if isinstance(model.quantizer, WassersteinQuantizer):
+            latents.append(model.quantizer.flatten(model.encoder(x)))
     model.train()
-    return {"perplexity": usage.perplexity, "codes_used": usage.codes_used, "mse": se / len(test_x)}
+    extra = cell_diagnostics(model.quantizer, torch.cat(latents)) if latents else {}
+    return {"perplexity": usage.perplexity, "codes_used": usage.codes_used, "mse": se / len(test_x), **extra}
+
+
+@torch.no_grad()
+def cell_diagnostics(q: WassersteinQuantizer, flat: torch.Tensor) -> dict:
+    """Where VQ-WAE's codebook sits relative to the cells it quantizes, on test latents (N, M, D):
+
+    * distortion_nearest: mean ||z - c_nearest(z)||^2, what the decoder receives (the Voronoi cells);
+    * distortion_transport: mean ||z - c_a(z)||^2 under the solver's transport assignment a (the power cells
+      that pi and the potential g define, which the WS term and the transport codebook update see);
+    * cells_disagree: the fraction of latents whose transport code is not their nearest code;
+    * lloyd_gap: (1/N) sum_k n_k ||c_k - mu_k||^2 with mu_k the centroid of code k's nearest cell: how much
+      the nearest-code distortion would fall if every code moved to its cell's centroid (a Lloyd step), as a
+      fraction of distortion_nearest;
+    * pi_perplexity: exp(H(pi)) averaged over positions, and pi_min_k: K min_k pi_k (1 = uniform).
+    Only for the semidiscrete solver (the others keep no potential that defines the cells between steps)."""
+    if q.config.solver != "semidiscrete":
+        return {}
+    nearest, (assigned, _) = q.solver.search(flat, q.embedding)
+    nearest, assigned = nearest.reshape(-1), assigned.reshape(-1)
+    x = flat.reshape(-1, q.dim)
+    c = q.embedding
+    d_near = (x - c[nearest]).pow(2).sum(-1).mean()
+    d_tr = (x - c[assigned]).pow(2).sum(-1).mean()
+    counts = torch.bincount(nearest, minlength=q.num_codes).to(x.dtype)
+    sums = torch.zeros_like(c).index_add_(0, nearest, x)
+    used = counts > 0
+    mu = sums[used] / counts[used, None]
+    gap = (counts[used] * (c[used] - mu).pow(2).sum(-1)).sum() / len(x)
+    pi = q.pi
+    pi_ppl = torch.exp(-(pi * pi.clamp_min(1e-30).log()).sum(-1)).mean()
+    return dict(distortion_nearest=float(d_near), distortion_transport=float(d_tr),
+                cells_disagree=float((nearest != assigned).float().mean()), lloyd_gap=float(gap / d_near),
+                pi_perplexity=float(pi_ppl), pi_min_k=float(pi.min() * q.num_codes))
 
 
 def main():

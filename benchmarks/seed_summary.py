@@ -8,7 +8,10 @@ draws the mean curves with a band spanning the seeds.
     .venv/bin/python benchmarks/seed_summary.py benchmarks/results/peer_cifar10_3000_kl_seed0.json \
         benchmarks/results/peer_cifar10_3000_kl_seed1.json --steps 1000,2000,3000 --out benchmarks/results/peer_cifar10_3000_kl_seeds.png
 
-Only the models present in every file are summarised. Step times are the median of each run's per-step
+One seed's runs may be split over several files (models added to a comparison later, on the same seed's
+batches): join them with "+", e.g. `peer_cifar10_3000_kl_seed0.json+peer_cifar10_3000_floor_seed0.json`. A
+model in more than one of them is taken from the first. Only the models present for every seed are
+summarised. Step times are the median of each run's per-step
 ratios to VQ-VAE, averaged over the runs (the absolute times depend on the machine's load at the time).
 """
 from __future__ import annotations
@@ -19,8 +22,20 @@ import statistics
 from pathlib import Path
 
 
-def load(paths: list[Path]) -> tuple[list[dict], list[str]]:
-    runs = [json.loads(p.read_text()) for p in paths]
+def merged(paths: list[Path]) -> dict:
+    """One seed's result files as one run: curves and rows of every model, the first file's where they overlap
+    (each row's step-time ratio stays relative to its own file's VQ-VAE, measured interleaved with it)."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    run = dict(meta=parts[0]["meta"], curves={}, rows=[])
+    for part in parts:
+        new = [n for n in part["curves"] if n not in run["curves"]]
+        run["curves"].update({n: part["curves"][n] for n in new})
+        run["rows"] += [r for r in part["rows"] if r.get("quantizer") in new]
+    return run
+
+
+def load(seeds: list[list[Path]]) -> tuple[list[dict], list[str]]:
+    runs = [merged(paths) for paths in seeds]
     names = [n for n in runs[0]["curves"] if all(n in r["curves"] for r in runs)]
     if not names:
         raise SystemExit("error: the result files share no model")
@@ -82,14 +97,15 @@ def plot(runs: list[dict], names: list[str], path: Path, title: str) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("files", nargs="+", type=Path, help="result JSON files, one per seed")
+    p.add_argument("files", nargs="+", help="result JSON files, one per seed (one seed's files joined by '+')")
     p.add_argument("--steps", default="1000,2000,3000", help="comma-separated evaluation steps for the table")
     p.add_argument("--out", type=Path, help="PNG path for the mean curves (default: none)")
     args = p.parse_args(argv)
-    for f in args.files:
+    seeds = [[Path(f) for f in arg.split("+")] for arg in args.files]
+    for f in (f for paths in seeds for f in paths):
         if not f.is_file():
             raise SystemExit(f"error: no result file {f}")
-    runs, names = load(args.files)
+    runs, names = load(seeds)
     steps = [int(s) for s in args.steps.split(",")]
     print(table(runs, names, steps))
     if args.out:
