@@ -158,11 +158,13 @@ def evaluate(model, test_x: torch.Tensor, batch: int = 500) -> dict:
     usage, se = CodeUsage(model.quantizer.num_codes), 0.0
     latents = []
     for x in test_x.split(batch):
-        x_hat, out = model(x)
+        z = model.encoder(x)  # the forward pass of VQAutoencoder, with the latents kept for the diagnostic
+        out = model.quantizer(z)
+        x_hat = model.decoder(out.quantized)
         usage.update(out.indices)
         se += float(((x_hat.clamp(0, 1) - x) ** 2).mean()) * len(x)
         if isinstance(model.quantizer, WassersteinQuantizer):
-            latents.append(model.quantizer.flatten(model.encoder(x)))
+            latents.append(model.quantizer.flatten(z))
     model.train()
     extra = cell_diagnostics(model.quantizer, torch.cat(latents)) if latents else {}
     return {"perplexity": usage.perplexity, "codes_used": usage.codes_used, "mse": se / len(test_x), **extra}
@@ -183,19 +185,19 @@ def cell_diagnostics(q: WassersteinQuantizer, flat: torch.Tensor) -> dict:
     Only for the semidiscrete solver (the others keep no potential that defines the cells between steps)."""
     if q.config.solver != "semidiscrete":
         return {}
-    nearest, (assigned, _) = q.solver.search(flat, q.embedding)
+    nearest, (assigned, d_near) = q.solver.search(flat, q.embedding)  # d_near: the mean nearest-code distance
     nearest, assigned = nearest.reshape(-1), assigned.reshape(-1)
     x = flat.reshape(-1, q.dim)
     c = q.embedding
-    d_near = (x - c[nearest]).pow(2).sum(-1).mean()
     d_tr = (x - c[assigned]).pow(2).sum(-1).mean()
     counts = torch.bincount(nearest, minlength=q.num_codes).to(x.dtype)
     sums = torch.zeros_like(c).index_add_(0, nearest, x)
     used = counts > 0
     mu = sums[used] / counts[used, None]
     gap = (counts[used] * (c[used] - mu).pow(2).sum(-1)).sum() / len(x)
-    pi = q.pi
-    pi_ppl = torch.exp(-(pi * pi.clamp_min(1e-30).log()).sum(-1)).mean()
+    log_pi = q.log_pi()
+    pi = log_pi.exp()
+    pi_ppl = torch.exp(-(pi * log_pi).sum(-1)).mean()
     return dict(distortion_nearest=float(d_near), distortion_transport=float(d_tr),
                 cells_disagree=float((nearest != assigned).float().mean()), lloyd_gap=float(gap / d_near),
                 pi_perplexity=float(pi_ppl), pi_min_k=float(pi.min() * q.num_codes))

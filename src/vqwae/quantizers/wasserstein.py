@@ -190,7 +190,7 @@ class WassersteinQuantizer(Quantizer):
         log_pi = torch.log_softmax(self.beta, dim=-1)
         a = self.config.pi_floor
         if a:
-            log_pi = torch.logaddexp(log_pi + math.log1p(-a), torch.full_like(log_pi, math.log(a / self.num_codes)))
+            log_pi = torch.logaddexp(log_pi + math.log1p(-a), log_pi.new_tensor(math.log(a / self.num_codes)))
         return log_pi
 
     @property

@@ -33,6 +33,13 @@ def run_dir_for(out: Path, spec: RunSpec, values: dict) -> Path:
     return Path(out) / "runs" / spec.dataset / f"{spec.model}-{digest}"
 
 
+def trained(history: list[dict], epochs: int, max_steps: int | None) -> bool:
+    """Whether a run whose metrics.jsonl holds ``history`` has finished training (all epochs, or max_steps)."""
+    done = max((m.get("epoch", 0) for m in history), default=0)
+    last_step = history[-1].get("step", 0) if history else 0
+    return done >= epochs or (max_steps is not None and last_step >= max_steps)
+
+
 def eval_signature(budget: Budget, level: str) -> dict:
     """What an evaluation at ``level`` (a member of EVAL_LEVELS) computed, as stored in eval.json."""
     full = level == "full"
@@ -66,9 +73,7 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     opt = cfg.optim
 
     def finished(history):
-        done = max((m.get("epoch", 0) for m in history), default=0)
-        last_step = history[-1].get("step", 0) if history else 0
-        return done >= opt.epochs or (opt.max_steps is not None and last_step >= opt.max_steps)
+        return trained(history, opt.epochs, opt.max_steps)
 
     history = layout.read_metrics(run_dir)
     result = layout.read_eval(run_dir)
@@ -106,9 +111,7 @@ def run_status(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     run_dir = run_dir_for(out, spec, values)
     if records is not None and not run_dir.exists() and (Path(records) / run_dir.parent.name / run_dir.name).is_dir():
         return "record"
-    history = layout.read_metrics(run_dir)
-    if history and (history[-1].get("step", 0) >= (values.get("max_steps") or float("inf"))
-                    or max(m.get("epoch", 0) for m in history) >= values["epochs"]):
+    if trained(layout.read_metrics(run_dir), values["epochs"], values.get("max_steps")):
         return "done" if _covers(layout.read_eval(run_dir).get("eval_signature"), budget, level) else "trained"
     return "partial" if (run_dir / layout.STATE).exists() else "to do"
 
