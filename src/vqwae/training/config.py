@@ -46,7 +46,8 @@ FORMAT_VERSION = 2
 # Named bundles of settings, by flat option name. "paper" is the authors' configuration exactly as their code
 # runs it.
 _PAPER = dict(solver="exact", shared_pi=False, ws_weight=1e-3, kl_weight=1.0, kl_reduction="mean", pi_init="uniform",
-              learn_pi=True, codebook_init="normal", codebook_update="gradient", lr=1e-3, batch_size=32, epochs=100)
+              learn_pi=True, pi_floor=0.0, codebook_init="normal", codebook_update="gradient",
+              lr=1e-3, batch_size=32, epochs=100)
 PRESETS: dict[str, dict] = {
     "paper": _PAPER,
     # The paper's configuration with only the OT solver changed to the default `semidiscrete` (same loss, same
