@@ -58,6 +58,33 @@ class PeerQuantizer(nn.Module):
         return nn.functional.mse_loss(x_hat, x)
 
 
+class PeerModule(nn.Module):
+    """A vector-quantize-pytorch quantizer that takes channel-first (B, D, H, W) latents and returns (quantized,
+    indices, auxiliary loss), behind vqwae's quantizer interface (benchmark only): SimVQ, LFQ, VectorQuantize
+    with the rotation trick, each as its README shows it."""
+
+    def __init__(self, kind: str, num_codes=512, dim=64):
+        super().__init__()
+        import vector_quantize_pytorch as vqp
+
+        self.num_codes = num_codes
+        if kind == "rotation":
+            self.vq = vqp.VectorQuantize(dim=dim, codebook_size=num_codes, decay=0.99, kmeans_init=True,
+                                         threshold_ema_dead_code=2, commitment_weight=0.25, rotation_trick=True,
+                                         accept_image_fmap=True)
+        elif kind == "simvq":
+            self.vq = vqp.SimVQ(dim=dim, codebook_size=num_codes, rotation_trick=True, channel_first=True)
+        else:  # "lfq": the README's defaults (entropy_loss_weight 0.1, diversity_gamma 1)
+            self.vq = vqp.LFQ(codebook_size=num_codes, dim=dim, channel_first=True)
+
+    def forward(self, z, compute_loss=None):
+        q, idx, loss = tuple(self.vq(z))[:3]
+        return QuantizerOutput(quantized=q, indices=idx, loss=loss, losses={"aux": loss})
+
+    def reconstruction_loss(self, x_hat, x):
+        return nn.functional.mse_loss(x_hat, x)
+
+
 class PeerFSQ(nn.Module):
     """vector-quantize-pytorch's FSQ (levels 8 x 8 x 8 = 512 codes, projected from and back to D) (benchmark only)."""
 
@@ -94,6 +121,9 @@ FSQ_LEVELS = {512: (8, 8, 8), 1024: (8, 5, 5, 5), 4096: (7, 5, 5, 5, 5), 8192: (
 # "with codebook_decay 0.95" is the faster codebook EMA that BENCHMARKS.md section 5 rejects.
 QUANTIZERS = {
     "vector-quantize-pytorch": ("peer", {}),
+    "vector-quantize-pytorch (rotation trick)": ("rotation", {}),
+    "SimVQ": ("simvq", {}),
+    "LFQ": ("lfq", {}),
     "FSQ 8x8x8": ("fsq", {}),
     "FSQ": ("fsq", {}),  # levels by --num-codes (FSQ_LEVELS)
     "VQ-VAE": ("vector", {}),
@@ -129,6 +159,8 @@ def build(name: str, channels: int, seed: int, num_codes: int = 512, shared_pi: 
     torch.manual_seed(seed + 1)
     if kind == "peer":
         return VQAutoencoder(enc, PeerQuantizer(num_codes), dec)
+    if kind in ("rotation", "simvq", "lfq"):
+        return VQAutoencoder(enc, PeerModule(kind, num_codes), dec)
     if kind == "fsq":
         if num_codes not in FSQ_LEVELS:
             raise SystemExit(f"error: no FSQ levels for K = {num_codes}; known: {sorted(FSQ_LEVELS)}")

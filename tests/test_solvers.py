@@ -65,3 +65,13 @@ def test_a_saved_layout_1_model_loads_through_from_pretrained(tmp_path):
     r = VQAutoencoder.from_pretrained(tmp_path)
     for k, v in m.state_dict().items():
         assert torch.equal(v, r.state_dict()[k]), k
+
+
+def test_the_potentials_step_defaults_by_how_pi_is_shared_and_an_explicit_one_is_kept():
+    # BENCHMARKS.md 8g: 0.003 with one pi per position (a quieter potential: MNIST's usage stops swinging),
+    # 0.01 with a shared pi (at K = 8,192 the codes spread over the data three times faster).
+    assert WassersteinQuantizer(num_codes=16, dim=4, num_positions=4).solver.potential_lr == 0.003
+    assert WassersteinQuantizer(num_codes=16, dim=4).solver.potential_lr == 0.01
+    assert WassersteinQuantizer(num_codes=16, dim=4, num_positions=4, potential_lr=0.02).solver.potential_lr == 0.02
+    with pytest.raises(ValueError, match="potential_lr"):
+        WassersteinQuantizer(num_codes=16, dim=4, potential_lr=-1.0)

@@ -5,8 +5,8 @@ from vqwae.ot.cost import nearest_code, squared_distances, transport_cost
 from vqwae.ot.dual import DualSolver, KantorovichPotential, semi_dual
 from vqwae.ot.exact import ExactSolver, exact_plans
 from vqwae.ot.histogram import code_histogram, perplexity_from_counts
-from vqwae.ot.semidiscrete import (SemiDiscreteSolver, ascend_potential, assign, assignment_mass, fit_potential,
-                                   semi_dual_value)
+from vqwae.ot.semidiscrete import (SemiDiscreteSolver, ascend_potential, assign, assignment_mass,
+                                   default_potential_lr, fit_potential, semi_dual_value)
 from vqwae.ot.sinkhorn import SinkhornResult, SinkhornSolver, entropic_ot_value, sinkhorn_log
 from vqwae.ot.transport import Solver, Transport
 
@@ -35,6 +35,6 @@ def build_solver(config, groups: int) -> Solver:
 __all__ = [
     "nearest_code", "squared_distances", "transport_cost", "exact_plans", "sinkhorn_log", "SinkhornResult",
     "entropic_ot_value", "semi_dual", "KantorovichPotential", "assign", "assignment_mass", "ascend_potential",
-    "semi_dual_value", "fit_potential", "code_histogram", "perplexity_from_counts", "Solver", "Transport",
+    "semi_dual_value", "fit_potential", "default_potential_lr", "code_histogram", "perplexity_from_counts", "Solver", "Transport",
     "SemiDiscreteSolver", "ExactSolver", "SinkhornSolver", "DualSolver", "SOLVERS", "build_solver",
 ]

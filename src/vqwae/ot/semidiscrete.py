@@ -39,6 +39,15 @@ from vqwae.ot.transport import Solver, Transport, latents_by_group
 CHUNK_ENTRIES = 1 << 24
 
 
+def default_potential_lr(shared: bool) -> float:
+    """The ascent step on g when none is given. One pi per position: each step's potential ascent sees the B
+    latents of a position for K codes (32 for 512 in the paper's setting), so a small step (0.003) averages its
+    noise over more batches; 0.01 made MNIST's code usage swing by 150 between evaluations. One shared pi:
+    B * M latents per step (2,048 for 8,192 codes), and the potential must move far before codes drawn from
+    one batch spread over the data; 0.003 slowed that spread by half at K = 8,192. BENCHMARKS.md section 8g."""
+    return 0.01 if shared else 0.003
+
+
 @torch.no_grad()
 def assign(
     x: torch.Tensor,
@@ -163,9 +172,10 @@ class SemiDiscreteSolver(Solver):
     shares_search = True
 
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False, *,
-                 potential_lr: float = 0.01, pooling: float = 4.0, scale_decay: float = 0.9,
+                 potential_lr: float | None = None, pooling: float = 4.0, scale_decay: float = 0.9,
                  chunk_entries: int = CHUNK_ENTRIES):
         super().__init__(groups, num_codes, shared, global_batch)
+        potential_lr = default_potential_lr(shared) if potential_lr is None else potential_lr
         self.potential_lr, self.pooling, self.scale_decay, self.chunk_entries = (potential_lr, pooling, scale_decay,
                                                                                   chunk_entries)
         self.register_buffer("potential", torch.zeros(groups, num_codes))  # g / scale

@@ -77,7 +77,9 @@ class WassersteinOptions:
     phi_hidden: int = option(64, "vqwae dual: hidden width of each potential MLP", min=1)
     global_batch: bool = option(False, "vqwae under DDP: solve the OT over the latents of all ranks",
                                 negative="local-batch")
-    potential_lr: float = option(0.01, "vqwae semidiscrete: ascent step on g per step (cost-scale units, x K)", min=0)
+    potential_lr: float | None = option(None, "vqwae semidiscrete: ascent step on g per step (cost-scale units, x K); "
+                                        "None: 0.003 with one pi per position, 0.01 with a shared pi (BENCHMARKS.md 8g)",
+                                        min=0)
     potential_pooling: float = option(4.0, "vqwae semidiscrete: weight of the potential's component shared by "
                                       "positions", min=0)
     scale_decay: float = option(0.9, "vqwae semidiscrete: EMA decay of the cost scale (the quantization error)",
