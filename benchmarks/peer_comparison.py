@@ -298,7 +298,7 @@ def main():
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves), indent=2))
     plot(curves, out.with_suffix(".png"), args.dataset)
-    print(f"\n| quantizer | ms/step | x VQ-VAE | test perplexity | codes used | test MSE |\n|---|---|---|---|---|---|")
+    print("\n| quantizer | ms/step | x VQ-VAE | test perplexity | codes used | test MSE |\n|---|---|---|---|---|---|")
     for r in rows:
         ratio = f"{r['ratio_to_vqvae']:.2f}" if r["ratio_to_vqvae"] else "-"
         print(f"| {r['quantizer']} | {r['ms_per_step']:.0f} | {ratio} | {r['perplexity']:.1f} | {r['codes_used']} | {r['mse']:.4f} |")
