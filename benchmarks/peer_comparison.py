@@ -39,39 +39,28 @@ from vqwae.training.config import TrainConfig
 HERE = Path(__file__).resolve().parent
 
 
-class PeerQuantizer(nn.Module):
-    """vector-quantize-pytorch's VectorQuantize behind vqwae's quantizer interface (benchmark only)."""
-
-    def __init__(self, num_codes=512, dim=64):
-        super().__init__()
-        from vector_quantize_pytorch import VectorQuantize
-
-        self.num_codes = num_codes
-        self.vq = VectorQuantize(dim=dim, codebook_size=num_codes, decay=0.99, kmeans_init=True,
-                                 threshold_ema_dead_code=2, commitment_weight=0.25, accept_image_fmap=True)
-
-    def forward(self, z, compute_loss=None):
-        q, idx, loss = self.vq(z)
-        return QuantizerOutput(quantized=q, indices=idx, loss=loss, losses={"commitment": loss})
+class _Peer(nn.Module):
+    """vector-quantize-pytorch quantizers behind vqwae's quantizer interface (benchmark only)."""
 
     def reconstruction_loss(self, x_hat, x):
         return nn.functional.mse_loss(x_hat, x)
 
 
-class PeerModule(nn.Module):
+class PeerModule(_Peer):
     """A vector-quantize-pytorch quantizer that takes channel-first (B, D, H, W) latents and returns (quantized,
-    indices, auxiliary loss), behind vqwae's quantizer interface (benchmark only): SimVQ, LFQ, VectorQuantize
-    with the rotation trick, each as its README shows it."""
+    indices, auxiliary loss), each as its README shows it: VectorQuantize with its anti-collapse options (k-means
+    start, dead-code expiry) and the rotation trick on ("vq", the library's default: rotation_trick=None
+    resolves to True in 1.32.0) or off ("vq-no-rotation"), SimVQ, LFQ."""
 
     def __init__(self, kind: str, num_codes=512, dim=64):
         super().__init__()
         import vector_quantize_pytorch as vqp
 
         self.num_codes = num_codes
-        if kind == "rotation":
+        if kind in ("vq", "vq-no-rotation"):
             self.vq = vqp.VectorQuantize(dim=dim, codebook_size=num_codes, decay=0.99, kmeans_init=True,
-                                         threshold_ema_dead_code=2, commitment_weight=0.25, rotation_trick=True,
-                                         accept_image_fmap=True)
+                                         threshold_ema_dead_code=2, commitment_weight=0.25,
+                                         rotation_trick=kind == "vq", accept_image_fmap=True)
         elif kind == "simvq":
             self.vq = vqp.SimVQ(dim=dim, codebook_size=num_codes, rotation_trick=True, channel_first=True)
         else:  # "lfq": the README's defaults (entropy_loss_weight 0.1, diversity_gamma 1)
@@ -81,11 +70,8 @@ class PeerModule(nn.Module):
         q, idx, loss = tuple(self.vq(z))[:3]
         return QuantizerOutput(quantized=q, indices=idx, loss=loss, losses={"aux": loss})
 
-    def reconstruction_loss(self, x_hat, x):
-        return nn.functional.mse_loss(x_hat, x)
 
-
-class PeerFSQ(nn.Module):
+class PeerFSQ(_Peer):
     """vector-quantize-pytorch's FSQ (levels 8 x 8 x 8 = 512 codes, projected from and back to D) (benchmark only)."""
 
     def __init__(self, levels=(8, 8, 8), dim=64):
@@ -102,9 +88,6 @@ class PeerFSQ(nn.Module):
         return QuantizerOutput(quantized=q.transpose(1, 2).reshape(b, d, h, w), indices=idx.reshape(b, h, w),
                                loss=zero, losses={})
 
-    def reconstruction_loss(self, x_hat, x):
-        return nn.functional.mse_loss(x_hat, x)
-
 
 def _paper_preset() -> dict:
     """The quantizer options of `vqwae train --preset paper` (the authors' configuration), from the preset."""
@@ -120,8 +103,9 @@ FSQ_LEVELS = {512: (8, 8, 8), 1024: (8, 5, 5, 5), 4096: (7, 5, 5, 5, 5), 8192: (
 # (and what `vqwae train` uses); the "without ..." rows each undo one of the defaults that depart from the paper,
 # "with codebook_decay 0.95" is the faster codebook EMA that BENCHMARKS.md section 5 rejects.
 QUANTIZERS = {
-    "vector-quantize-pytorch": ("peer", {}),
-    "vector-quantize-pytorch (rotation trick)": ("rotation", {}),
+    "vector-quantize-pytorch": ("vq", {}),  # the rotation trick on: the library's default (every run so far)
+    "vector-quantize-pytorch (rotation trick)": ("vq", {}),  # the same, under the name 8h's runs used
+    "vector-quantize-pytorch (no rotation)": ("vq-no-rotation", {}),  # the issue's strongest peer
     "SimVQ": ("simvq", {}),
     "LFQ": ("lfq", {}),
     "FSQ 8x8x8": ("fsq", {}),
@@ -157,9 +141,7 @@ def build(name: str, channels: int, seed: int, num_codes: int = 512, shared_pi: 
     torch.manual_seed(seed)
     enc, dec = build_networks(net)  # identical encoder/decoder start for every model
     torch.manual_seed(seed + 1)
-    if kind == "peer":
-        return VQAutoencoder(enc, PeerQuantizer(num_codes), dec)
-    if kind in ("rotation", "simvq", "lfq"):
+    if kind in ("vq", "vq-no-rotation", "simvq", "lfq"):
         return VQAutoencoder(enc, PeerModule(kind, num_codes), dec)
     if kind == "fsq":
         if num_codes not in FSQ_LEVELS:

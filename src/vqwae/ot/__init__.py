@@ -35,6 +35,6 @@ def build_solver(config, groups: int) -> Solver:
 __all__ = [
     "nearest_code", "squared_distances", "transport_cost", "exact_plans", "sinkhorn_log", "SinkhornResult",
     "entropic_ot_value", "semi_dual", "KantorovichPotential", "assign", "assignment_mass", "ascend_potential",
-    "semi_dual_value", "fit_potential", "default_potential_lr", "code_histogram", "perplexity_from_counts", "Solver", "Transport",
-    "SemiDiscreteSolver", "ExactSolver", "SinkhornSolver", "DualSolver", "SOLVERS", "build_solver",
+    "semi_dual_value", "fit_potential", "default_potential_lr", "code_histogram", "perplexity_from_counts", "Solver",
+    "Transport", "SemiDiscreteSolver", "ExactSolver", "SinkhornSolver", "DualSolver", "SOLVERS", "build_solver",
 ]

@@ -72,12 +72,9 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     cfg = TrainConfig.from_dict(dict(values, **local))
     opt = cfg.optim
 
-    def finished(history):
-        return trained(history, opt.epochs, opt.max_steps)
-
     history = layout.read_metrics(run_dir)
     result = layout.read_eval(run_dir)
-    if finished(history) and not layout.has_weights(run_dir):  # restored from a record
+    if trained(history, opt.epochs, opt.max_steps) and not layout.has_weights(run_dir):  # restored from a record
         lacks = [k for k in downstream if result.get(k) != budget.name]
         if not _covers(result.get("eval_signature"), budget, level):
             lacks.insert(0, f"a {level} evaluation")
@@ -86,7 +83,7 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
                   "training it again", flush=True)
             shutil.rmtree(run_dir)
             history, result = [], {}
-    if not finished(history):
+    if not trained(history, opt.epochs, opt.max_steps):
         print(f"[reproduce] {position}training {spec.label} ({opt.max_steps or '-'} steps) -> {run_dir}", flush=True)
         train(cfg, resume=(run_dir / layout.STATE).exists(), progress=False)
         result = layout.read_eval(run_dir)
