@@ -50,21 +50,23 @@ class PeerModule(_Peer):
     """A vector-quantize-pytorch quantizer that takes channel-first (B, D, H, W) latents and returns (quantized,
     indices, auxiliary loss), each as its README shows it: VectorQuantize with its anti-collapse options (k-means
     start, dead-code expiry) and the rotation trick on ("vq", the library's default: rotation_trick=None
-    resolves to True in 1.32.0) or off ("vq-no-rotation"), SimVQ, LFQ."""
+    resolves to True in 1.32.0) or off ("vq-no-rotation"), SimVQ, LFQ. ``overrides`` replace or add constructor
+    arguments (a sweep's setting: ``--variant "LABEL:peer=lfq,entropy_loss_weight=0.01"``)."""
 
-    def __init__(self, kind: str, num_codes=512, dim=64):
+    def __init__(self, kind: str, num_codes=512, dim=64, **overrides):
         super().__init__()
         import vector_quantize_pytorch as vqp
 
         self.num_codes = num_codes
         if kind in ("vq", "vq-no-rotation"):
-            self.vq = vqp.VectorQuantize(dim=dim, codebook_size=num_codes, decay=0.99, kmeans_init=True,
-                                         threshold_ema_dead_code=2, commitment_weight=0.25,
-                                         rotation_trick=kind == "vq", accept_image_fmap=True)
+            cls, kwargs = vqp.VectorQuantize, dict(dim=dim, codebook_size=num_codes, decay=0.99, kmeans_init=True,
+                                                   threshold_ema_dead_code=2, commitment_weight=0.25,
+                                                   rotation_trick=kind == "vq", accept_image_fmap=True)
         elif kind == "simvq":
-            self.vq = vqp.SimVQ(dim=dim, codebook_size=num_codes, rotation_trick=True, channel_first=True)
+            cls, kwargs = vqp.SimVQ, dict(dim=dim, codebook_size=num_codes, rotation_trick=True, channel_first=True)
         else:  # "lfq": the README's defaults (entropy_loss_weight 0.1, diversity_gamma 1)
-            self.vq = vqp.LFQ(codebook_size=num_codes, dim=dim, channel_first=True)
+            cls, kwargs = vqp.LFQ, dict(codebook_size=num_codes, dim=dim, channel_first=True)
+        self.vq = cls(**{**kwargs, **overrides})
 
     def forward(self, z, compute_loss=None):
         q, idx, loss = tuple(self.vq(z))[:3]
@@ -99,7 +101,9 @@ def _paper_preset() -> dict:
 FSQ_LEVELS = {512: (8, 8, 8), 1024: (8, 5, 5, 5), 4096: (7, 5, 5, 5, 5), 8192: (8, 8, 8, 4, 4),
               16384: (8, 8, 8, 6, 5), 65536: (8, 8, 8, 5, 5, 5)}
 
-# name -> (quantizer kind or "peer", quantizer kwargs). "VQ-WAE default" is WassersteinQuantizer() as shipped
+PEER_KINDS = ("vq", "vq-no-rotation", "simvq", "lfq")  # PeerModule's
+
+# name -> (quantizer kind, quantizer kwargs). "VQ-WAE default" is WassersteinQuantizer() as shipped
 # (and what `vqwae train` uses); the "without ..." rows each undo one of the defaults that depart from the paper,
 # "with codebook_decay 0.95" is the faster codebook EMA that BENCHMARKS.md section 5 rejects.
 QUANTIZERS = {
@@ -141,8 +145,8 @@ def build(name: str, channels: int, seed: int, num_codes: int = 512, shared_pi: 
     torch.manual_seed(seed)
     enc, dec = build_networks(net)  # identical encoder/decoder start for every model
     torch.manual_seed(seed + 1)
-    if kind in ("vq", "vq-no-rotation", "simvq", "lfq"):
-        return VQAutoencoder(enc, PeerModule(kind, num_codes), dec)
+    if kind in PEER_KINDS:
+        return VQAutoencoder(enc, PeerModule(kind, num_codes, **kwargs), dec)
     if kind == "fsq":
         if num_codes not in FSQ_LEVELS:
             raise SystemExit(f"error: no FSQ levels for K = {num_codes}; known: {sorted(FSQ_LEVELS)}")
@@ -228,7 +232,9 @@ def main():
                     help=f"comma-separated, from: {', '.join(QUANTIZERS)}")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                     help="an extra WassersteinQuantizer configuration for ablations, on top of the default, e.g. "
-                         "'fast potential:potential_lr=0.03' (repeatable; trained alongside --models)")
+                         "'fast potential:potential_lr=0.03', or with peer=KIND (vq, vq-no-rotation, simvq, lfq) a "
+                         "peer with some README arguments changed, e.g. 'LFQ 0.01:peer=lfq,entropy_loss_weight=0.01' "
+                         "(repeatable; trained alongside --models)")
     ap.add_argument("--num-codes", type=int, default=512, help="K of every quantizer (FSQ: see FSQ_LEVELS)")
     ap.add_argument("--shared-pi", action="store_true", help="VQ-WAE: one pi for all positions (num_positions=None)")
     ap.add_argument("--seed", type=int, default=0)
@@ -240,7 +246,14 @@ def main():
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     for v in args.variant:
         label, _, settings = v.partition(":")
-        QUANTIZERS[label] = ("wasserstein", {**QUANTIZERS["VQ-WAE default"][1], **parse_settings(settings)})
+        settings = parse_settings(settings)
+        peer = settings.pop("peer", None)
+        if peer is None:
+            QUANTIZERS[label] = ("wasserstein", {**QUANTIZERS["VQ-WAE default"][1], **settings})
+        elif peer in PEER_KINDS:  # a vector-quantize-pytorch peer with some of its README arguments changed
+            QUANTIZERS[label] = (peer, settings)
+        else:
+            raise SystemExit(f"error: --variant {v!r}: peer must be one of {', '.join(PEER_KINDS)}")
         names.append(label)
     splits = load_splits(args.dataset, args.data_root, train_limit=args.steps * 32, eval_limit=args.test_images)
     test_x = torch.stack([splits.test[i][0] for i in range(len(splits.test))])
