@@ -174,7 +174,7 @@ def main():
                    if "sigma2" in curves[n][-1] else "") for n in names), flush=True)
             out_path.write_text(json.dumps(dict(meta=meta, curves=curves), indent=2))  # as results come
     plot(curves, out_path.with_suffix(".png"), args.dataset)
-    print(f"\n| model | test MSE | test perplexity | sigma^2 | posterior entropy / log K | latent RMS |\n|---|---|---|---|---|---|")
+    print("\n| model | test MSE | test perplexity | sigma^2 | posterior entropy / log K | latent RMS |\n|---|---|---|---|---|---|")
     for n in names:
         c = curves[n][-1]
         print(f"| {n} | {c['mse']:.5f} | {c['perplexity']:.1f} | {c.get('sigma2', float('nan')):.3g} | "

@@ -32,12 +32,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 import torch
