@@ -46,27 +46,34 @@ class _Peer(nn.Module):
         return nn.functional.mse_loss(x_hat, x)
 
 
+def _vector_quantize(k, d, rotation):  # with its anti-collapse options: k-means start, dead-code expiry
+    return dict(dim=d, codebook_size=k, decay=0.99, kmeans_init=True, threshold_ema_dead_code=2,
+                commitment_weight=0.25, rotation_trick=rotation, accept_image_fmap=True)
+
+
+# kind -> (vector-quantize-pytorch class, its arguments for K codes of dimension D as its README shows them).
+# "vq" is the library's default, the rotation trick on (rotation_trick=None resolves to True in 1.32.0).
+PEERS = {
+    "vq": ("VectorQuantize", lambda k, d: _vector_quantize(k, d, rotation=True)),
+    "vq-no-rotation": ("VectorQuantize", lambda k, d: _vector_quantize(k, d, rotation=False)),
+    "simvq": ("SimVQ", lambda k, d: dict(dim=d, codebook_size=k, rotation_trick=True, channel_first=True)),
+    # the README's defaults: entropy_loss_weight 0.1, diversity_gamma 1, no commitment
+    "lfq": ("LFQ", lambda k, d: dict(codebook_size=k, dim=d, channel_first=True)),
+}
+
+
 class PeerModule(_Peer):
-    """A vector-quantize-pytorch quantizer that takes channel-first (B, D, H, W) latents and returns (quantized,
-    indices, auxiliary loss), each as its README shows it: VectorQuantize with its anti-collapse options (k-means
-    start, dead-code expiry) and the rotation trick on ("vq", the library's default: rotation_trick=None
-    resolves to True in 1.32.0) or off ("vq-no-rotation"), SimVQ, LFQ. ``overrides`` replace or add constructor
-    arguments (a sweep's setting: ``--variant "LABEL:peer=lfq,entropy_loss_weight=0.01"``)."""
+    """A vector-quantize-pytorch quantizer of one of the PEERS kinds, taking channel-first (B, D, H, W) latents and
+    returning (quantized, indices, auxiliary loss). ``overrides`` replace or add constructor arguments (a sweep's
+    setting: ``--variant "LABEL:peer=lfq,entropy_loss_weight=0.01"``)."""
 
     def __init__(self, kind: str, num_codes=512, dim=64, **overrides):
         super().__init__()
         import vector_quantize_pytorch as vqp
 
         self.num_codes = num_codes
-        if kind in ("vq", "vq-no-rotation"):
-            cls, kwargs = vqp.VectorQuantize, dict(dim=dim, codebook_size=num_codes, decay=0.99, kmeans_init=True,
-                                                   threshold_ema_dead_code=2, commitment_weight=0.25,
-                                                   rotation_trick=kind == "vq", accept_image_fmap=True)
-        elif kind == "simvq":
-            cls, kwargs = vqp.SimVQ, dict(dim=dim, codebook_size=num_codes, rotation_trick=True, channel_first=True)
-        else:  # "lfq": the README's defaults (entropy_loss_weight 0.1, diversity_gamma 1)
-            cls, kwargs = vqp.LFQ, dict(codebook_size=num_codes, dim=dim, channel_first=True)
-        self.vq = cls(**{**kwargs, **overrides})
+        cls, arguments = PEERS[kind]
+        self.vq = getattr(vqp, cls)(**{**arguments(num_codes, dim), **overrides})
 
     def forward(self, z, compute_loss=None):
         q, idx, loss = tuple(self.vq(z))[:3]
@@ -100,8 +107,6 @@ def _paper_preset() -> dict:
 # one, else the product of levels of 8 and 4 that equals K.
 FSQ_LEVELS = {512: (8, 8, 8), 1024: (8, 5, 5, 5), 4096: (7, 5, 5, 5, 5), 8192: (8, 8, 8, 4, 4),
               16384: (8, 8, 8, 6, 5), 65536: (8, 8, 8, 5, 5, 5)}
-
-PEER_KINDS = ("vq", "vq-no-rotation", "simvq", "lfq")  # PeerModule's
 
 # name -> (quantizer kind, quantizer kwargs). "VQ-WAE default" is WassersteinQuantizer() as shipped
 # (and what `vqwae train` uses); the "without ..." rows each undo one of the defaults that depart from the paper,
@@ -145,7 +150,7 @@ def build(name: str, channels: int, seed: int, num_codes: int = 512, shared_pi: 
     torch.manual_seed(seed)
     enc, dec = build_networks(net)  # identical encoder/decoder start for every model
     torch.manual_seed(seed + 1)
-    if kind in PEER_KINDS:
+    if kind in PEERS:
         return VQAutoencoder(enc, PeerModule(kind, num_codes, **kwargs), dec)
     if kind == "fsq":
         if num_codes not in FSQ_LEVELS:
@@ -232,8 +237,8 @@ def main():
                     help=f"comma-separated, from: {', '.join(QUANTIZERS)}")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                     help="an extra WassersteinQuantizer configuration for ablations, on top of the default, e.g. "
-                         "'fast potential:potential_lr=0.03', or with peer=KIND (vq, vq-no-rotation, simvq, lfq) a "
-                         "peer with some README arguments changed, e.g. 'LFQ 0.01:peer=lfq,entropy_loss_weight=0.01' "
+                         f"'fast potential:potential_lr=0.03', or with peer=KIND ({', '.join(PEERS)}) a peer with "
+                         "some README arguments changed, e.g. 'LFQ 0.01:peer=lfq,entropy_loss_weight=0.01' "
                          "(repeatable; trained alongside --models)")
     ap.add_argument("--num-codes", type=int, default=512, help="K of every quantizer (FSQ: see FSQ_LEVELS)")
     ap.add_argument("--shared-pi", action="store_true", help="VQ-WAE: one pi for all positions (num_positions=None)")
@@ -250,10 +255,10 @@ def main():
         peer = settings.pop("peer", None)
         if peer is None:
             QUANTIZERS[label] = ("wasserstein", {**QUANTIZERS["VQ-WAE default"][1], **settings})
-        elif peer in PEER_KINDS:  # a vector-quantize-pytorch peer with some of its README arguments changed
+        elif peer in PEERS:  # a vector-quantize-pytorch peer with some of its README arguments changed
             QUANTIZERS[label] = (peer, settings)
         else:
-            raise SystemExit(f"error: --variant {v!r}: peer must be one of {', '.join(PEER_KINDS)}")
+            raise SystemExit(f"error: --variant {v!r}: peer must be one of {', '.join(PEERS)}")
         names.append(label)
     splits = load_splits(args.dataset, args.data_root, train_limit=args.steps * 32, eval_limit=args.test_images)
     test_x = torch.stack([splits.test[i][0] for i in range(len(splits.test))])

@@ -42,7 +42,7 @@ from vqwae.distributed import is_distributed
 from vqwae.options import check_fields, option
 from vqwae.ot import SOLVERS as SOLVER_CLASSES
 from vqwae.ot import Transport, build_solver
-from vqwae.ot.semidiscrete import CHUNK_ENTRIES
+from vqwae.ot.semidiscrete import CHUNK_ENTRIES, default_potential_lr
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, _choice, fp32
 
 SOLVERS = tuple(SOLVER_CLASSES)
@@ -78,7 +78,8 @@ class WassersteinOptions:
     global_batch: bool = option(False, "vqwae under DDP: solve the OT over the latents of all ranks",
                                 negative="local-batch")
     potential_lr: float | None = option(None, "vqwae semidiscrete: ascent step on g per step (cost-scale units, x K); "
-                                        "None: 0.003 with one pi per position, 0.01 with a shared pi (BENCHMARKS.md 8g)",
+                                        f"None: {default_potential_lr(shared=False)} with one pi per position, "
+                                        f"{default_potential_lr(shared=True)} with a shared pi (BENCHMARKS.md 8g)",
                                         min=0)
     potential_pooling: float = option(4.0, "vqwae semidiscrete: weight of the potential's component shared by "
                                       "positions", min=0)
