@@ -75,3 +75,24 @@ def test_the_potentials_step_defaults_by_how_pi_is_shared_and_an_explicit_one_is
     assert WassersteinQuantizer(num_codes=16, dim=4, num_positions=4, potential_lr=0.02).solver.potential_lr == 0.02
     with pytest.raises(ValueError, match="potential_lr"):
         WassersteinQuantizer(num_codes=16, dim=4, potential_lr=-1.0)
+
+
+def test_lambda_r_defaults_by_how_pi_is_shared_and_weighs_the_kl_term():
+    # BENCHMARKS.md 8c / 8k: 1 with one pi per position (lighter collapsed MNIST on one seed), 0.01 with a
+    # shared pi (no collapse at K = 512 or 8,192; better reconstruction at K = 8,192).
+    z = torch.randn(8, 4, 2, 2)
+    peaked = torch.softmax(torch.arange(16.0), 0)
+
+    def kl_term(**options):
+        q = WassersteinQuantizer(num_codes=16, dim=4, **options)
+        q.set_pi(peaked)
+        return q(z).losses["kl"], q.kl_to_uniform()
+
+    for options, weight in [({}, 0.01), (dict(num_positions=4), 1.0), (dict(kl_weight=0.5), 0.5),
+                            (dict(num_positions=4, kl_weight=0.2), 0.2)]:
+        term, kl = kl_term(**options)
+        assert kl > 1 and torch.allclose(term, weight * kl), options
+    q = WassersteinQuantizer(num_codes=16, dim=4, kl_weight=0.0)
+    assert "kl" not in q(z).losses
+    with pytest.raises(ValueError, match="kl_weight"):
+        WassersteinQuantizer(num_codes=16, dim=4, kl_weight=-1.0)

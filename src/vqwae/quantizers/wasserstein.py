@@ -46,6 +46,14 @@ from vqwae.ot.semidiscrete import CHUNK_ENTRIES, default_potential_lr
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, _choice, fp32
 
 SOLVERS = tuple(SOLVER_CLASSES)
+
+
+def default_kl_weight(shared: bool) -> float:
+    """lambda_r when none is given. One pi per position: 1, the paper's; 0.01 let MNIST's per-position pi
+    collapse on one seed (BENCHMARKS.md 8c). One shared pi: 0.01. It never collapsed there (K = 512 and
+    8,192, MNIST and CIFAR-10, 2 seeds each); at K = 512 it reconstructs as well as weight 1 (8i) and at
+    K = 8,192 better (8d, 8k)."""
+    return 0.01 if shared else 1.0
 PI_INITS = ("uniform", "peaked", "gaussian")
 CODEBOOK_INITS = ("normal", "data")
 CODEBOOK_UPDATES = ("gradient", "transport")
@@ -58,7 +66,10 @@ class WassersteinOptions:
     solver: str = option("semidiscrete", "vqwae: the OT solver for the WS term", choices=SOLVERS)
     ws_weight: float = option(3e-3, "vqwae: lambda, on sum_m W^m (the paper, --preset paper: 1e-3; "
                               "BENCHMARKS.md section 5 measures both)", min=0)
-    kl_weight: float = option(1.0, "vqwae: lambda_r, on sum_m KL(pi^m || U_K)", min=0)
+    kl_weight: float | None = option(None, "vqwae: lambda_r, on sum_m KL(pi^m || U_K); None: "
+                                     f"{default_kl_weight(shared=False)} with one pi per position (the paper), "
+                                     f"{default_kl_weight(shared=True)} with a shared pi (BENCHMARKS.md 8d, 8i, 8k)",
+                                     min=0)
     kl_reduction: str = option("sum", "vqwae: KL over codes: sum (the paper) or mean (/K, the authors' code)",
                                choices=("sum", "mean"))
     pi_init: str = option("uniform", "vqwae: initial pi (peaked, gaussian: the controllability ablation)",
@@ -162,6 +173,7 @@ class WassersteinQuantizer(Quantizer):
         cfg = self.config
         num_codes, dim = cfg.num_codes, cfg.dim
         self.groups = 1 if cfg.num_positions is None else cfg.num_positions
+        self.kl_weight = default_kl_weight(cfg.num_positions is None) if cfg.kl_weight is None else cfg.kl_weight
         # N(0, 1), as the authors. With codebook_update="transport" the optimiser does not step it (see _transport_update).
         self.embedding = nn.Parameter(torch.randn(num_codes, dim), requires_grad=cfg.codebook_update == "gradient")
         beta = initial_pi(cfg.pi_init, self.groups, num_codes).log()
@@ -353,8 +365,8 @@ class WassersteinQuantizer(Quantizer):
         losses = {}
         if want_loss:
             losses["ws"] = cfg.ws_weight * self.wasserstein(ot_flat, search, per_sample=per_sample)
-            if cfg.learn_pi and cfg.kl_weight:
-                losses["kl"] = cfg.kl_weight * self.kl_to_uniform()
+            if cfg.learn_pi and self.kl_weight:
+                losses["kl"] = self.kl_weight * self.kl_to_uniform()
         return self._output(z, flat_q, indices, losses, mask)
 
 
