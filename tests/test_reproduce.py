@@ -152,9 +152,10 @@ def test_the_grid_has_both_vqwae_rows_and_the_ablations_run_the_paper_with_the_f
     ablations = {s for e in ("pi-init", "lambda") for s in runs_for(e, "cifar10", cpu)}
     assert all(s.config_values(cpu, "ROOT")["solver"] == "semidiscrete" for s in ablations if s.model == "vqwae")
     assert len(ablations) == 9 + 6 - 1  # the learned, lambda_r = 1, uniform, lambda = 1e-3 cell is one run
-    # paper-fast is the paper's configuration with only the solver changed
+    # paper-fast is the paper's configuration with the solver changed and the data start it needs (BENCHMARKS 11)
     paper, fast = TrainConfig.resolve(preset="paper").to_flat(), TrainConfig.resolve(preset="paper-fast").to_flat()
-    assert {k for k in paper if paper[k] != fast[k]} == {"solver", "preset"}
+    assert {k for k in paper if paper[k] != fast[k]} == {"solver", "codebook_init", "preset"}
+    assert fast["solver"] == "semidiscrete" and fast["codebook_init"] == "data"
     assert PRESETS["default"] == {}
     # the cpu budget is one where the method has left its start (issue 17): >= 3,000 steps, >= 20,000 images, >= 1,000 test
     assert cpu.max_steps >= 3000 and cpu.train_limit >= 20000 and cpu.eval_limit >= 1000

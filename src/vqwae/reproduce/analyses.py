@@ -136,8 +136,9 @@ def _threads_note(jobs: int, threads: int | None) -> str:
     return f"{jobs} at a time" + (f", {threads} thread(s) each" if threads else "")
 
 
-ABLATION_NOTE = {"paper-fast": ", run with the semidiscrete solver instead of exact OT (`paper-fast`: only the "
-                               "solver changed)"}
+ABLATION_NOTE = {"paper-fast": ", run with the semidiscrete solver instead of exact OT and the codebook drawn "
+                               "from the first batch's latents instead of N(0, 1) (`paper-fast`: the semidiscrete solver "
+                               "never leaves perplexity 1 from the N(0, 1) start; BENCHMARKS.md section 11)"}
 
 
 def _ffhq_data(b: Budget, data_root: str | None, lpips_weights: str | None) -> tuple[str | None, str]:
@@ -303,7 +304,7 @@ def pi_init(datasets, results, b: Budget, out: Path, **_) -> Section:
 
 def _ablation(b: Budget) -> str:
     """The caption's note on the configuration the ablation ran."""
-    return f"; this run: the `{b.ablation_preset}` preset" + (" (the paper's, with the semidiscrete solver)"
+    return f"; this run: the `{b.ablation_preset}` preset" + (" (the paper's, with the semidiscrete solver and a data start)"
                                                                if b.ablation_preset == "paper-fast" else "")
 
 
