@@ -110,6 +110,13 @@ def test_plan_lists_the_runs_and_where_they_stand(smoke, tmp_path):
     r = CliRunner().invoke(app, ["reproduce", "--plan", "--experiment", "recon", "--budget", "smoke",
                                  "--datasets", "digits", "--out", str(rep)])
     assert "done    full  digits/vqwae[preset=paper]  <- recon" in r.output, r.output  # trained and evaluated
+    # Building over sessions (--records), a run is evaluated for every experiment that will read it, not only the
+    # requested ones: a record has no weights, and one evaluated too little would be trained again later.
+    for records, level in ((None, "usage"), (rep.parent / "records", "full")):
+        r = CliRunner().invoke(app, ["reproduce", "--plan", "--experiment", "codebook-size", "--budget", "smoke",
+                                     "--datasets", "digits", "--out", str(tmp_path / "new")]
+                               + (["--records", str(records)] if records else []))
+        assert f" {level:6}digits/vqwae[preset=default]  <- codebook-size" in r.output, r.output
 
 
 def test_a_record_without_what_the_report_needs_is_trained_again(tmp_path):

@@ -72,6 +72,14 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
         for m in FFHQ_MODELS:
             serves.setdefault(ffhq_spec(ffhq[0], m, b), []).append("ffhq")
     levels = {s: eval_level(es, b) for s, es in serves.items()}
+    if records is not None:  # a record has no weights: evaluate it for every experiment that will read it, so
+        # a later invocation with other experiments restores it instead of training it again
+        every: dict[RunSpec, list[str]] = {}
+        for e in EXPERIMENTS:
+            for d in available:
+                for s in runs_for(e, d, b):
+                    every.setdefault(s, []).append(e)
+        levels = {s: eval_level(every.get(s, es), b) for s, es in serves.items()}
     downstream = {s: [DOWNSTREAM_KEYS[e] for e in es if e in DOWNSTREAM_KEYS] for s, es in serves.items()}
     restored = 0
     if plan:
