@@ -46,6 +46,9 @@ from vqwae.ot.semidiscrete import CHUNK_ENTRIES, default_potential_lr
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, _choice, fp32
 
 SOLVERS = tuple(SOLVER_CLASSES)
+PI_INITS = ("uniform", "peaked", "gaussian")
+CODEBOOK_INITS = ("normal", "data")
+CODEBOOK_UPDATES = ("gradient", "transport")
 
 
 def default_kl_weight(shared: bool) -> float:
@@ -54,9 +57,6 @@ def default_kl_weight(shared: bool) -> float:
     8,192, MNIST and CIFAR-10, 2 seeds each); at K = 512 it reconstructs as well as weight 1 (8i) and at
     K = 8,192 better (8d, 8k)."""
     return 0.01 if shared else 1.0
-PI_INITS = ("uniform", "peaked", "gaussian")
-CODEBOOK_INITS = ("normal", "data")
-CODEBOOK_UPDATES = ("gradient", "transport")
 
 
 @dataclass(frozen=True)

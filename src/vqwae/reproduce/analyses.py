@@ -62,24 +62,15 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     out = Path(out)
     t0 = time.perf_counter()
     available, not_run = _available(datasets, data_root)
-    serves: dict[RunSpec, list[str]] = {}  # run -> the experiments that read it
-    for e in experiments:
-        for d in available:
-            for s in runs_for(e, d, b):
-                serves.setdefault(s, []).append(e)
+    serves = _serves(experiments, available, b)  # run -> the experiments that read it
     ffhq = _ffhq_data(b, data_root, lpips_weights) if "ffhq" in experiments else (None, "")
     if ffhq[0] is not None:
         for m in FFHQ_MODELS:
             serves.setdefault(ffhq_spec(ffhq[0], m, b), []).append("ffhq")
-    levels = {s: eval_level(es, b) for s, es in serves.items()}
-    if records is not None:  # a record has no weights: evaluate it for every experiment that will read it, so
-        # a later invocation with other experiments restores it instead of training it again
-        every: dict[RunSpec, list[str]] = {}
-        for e in EXPERIMENTS:
-            for d in available:
-                for s in runs_for(e, d, b):
-                    every.setdefault(s, []).append(e)
-        levels = {s: eval_level(every.get(s, es), b) for s, es in serves.items()}
+    # A record has no weights: with records, evaluate each run for every experiment that will ever read it, so a
+    # later invocation with other experiments restores it instead of training it again.
+    readers = serves if records is None else _serves(EXPERIMENTS, available, b)
+    levels = {s: eval_level(readers.get(s, es), b) for s, es in serves.items()}
     downstream = {s: [DOWNSTREAM_KEYS[e] for e in es if e in DOWNSTREAM_KEYS] for s, es in serves.items()}
     restored = 0
     if plan:
@@ -138,6 +129,16 @@ def _print_plan(serves: dict, levels: dict, b: Budget, out: Path, data_root: str
     print(f"{len(serves)} runs of {steps} steps at the `{b.name}` budget: "
           + ", ".join(f"{n} {k}" for k, n in counts.items() if n)
           + "; evaluations: " + ", ".join(f"{sum(v == lv for v in levels.values())} {lv}" for lv in EVAL_LEVELS))
+
+
+def _serves(experiments, datasets, b: Budget) -> dict[RunSpec, list[str]]:
+    """{run: the experiments (of ``experiments``) that read it} on ``datasets`` (the FFHQ rows aside)."""
+    serves: dict[RunSpec, list[str]] = {}
+    for e in experiments:
+        for d in datasets:
+            for s in runs_for(e, d, b):
+                serves.setdefault(s, []).append(e)
+    return serves
 
 
 def _threads_note(jobs: int, threads: int | None) -> str:

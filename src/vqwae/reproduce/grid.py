@@ -8,9 +8,9 @@ The reconstruction and downstream tables have four rows: VQ-VAE, SQ-VAE, VQ-WAE 
 preset: exact OT per position, uniform learned pi, lambda = 1e-3, lambda_r = 1 with the code's mean reduction)
 and VQ-WAE as shipped (every option at its default, the ``default`` preset). The ablations (codebook size, pi
 initialisation, lambda) vary the published configuration; below the full budget they run it with the
-``semidiscrete`` solver and a data start (``paper-fast``: from the paper's N(0, 1) codebook the semidiscrete solver
-never leaves one code), since exact OT is the slowest part of a CPU
-run. Only the amount of training and evaluation changes with the budget.
+``semidiscrete`` solver, since exact OT is the slowest part of a CPU run, and a data start (``paper-fast``: from
+the paper's N(0, 1) codebook the semidiscrete solver never leaves one code). Only the amount of training and
+evaluation changes with the budget.
 """
 from __future__ import annotations
 
