@@ -2,7 +2,9 @@
 
 The paper's 32x32 network, batch 32, K 512, Adam 1e-3. Every model starts from the same encoder/decoder
 weights and sees the same batches in the same order: the models take turns on each batch (interleaved), so
-load on a shared machine hits them alike. Every ``--eval-every`` steps each model is evaluated on the first
+load on a shared machine hits them alike. Each model draws its own random numbers (a data-drawn codebook start,
+k-means init, dead-code expiry) from its own generator state, seeded from --seed and its name, so a model's
+figures do not depend on which other models run beside it. Every ``--eval-every`` steps each model is evaluated on the first
 ``--test-images`` test images: one usage histogram over all of them (perplexity, codes used) and the MSE.
 
     pip install -e ".[bench]"      # vector-quantize-pytorch: a benchmark-only dependency
@@ -23,6 +25,7 @@ import json
 import platform
 import statistics
 import time
+import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -161,6 +164,24 @@ def build(name: str, channels: int, seed: int, num_codes: int = 512, shared_pi: 
     return VQAutoencoder(enc, build_quantizer(kind, num_codes=num_codes, dim=64, **kwargs), dec, net)
 
 
+class OwnRandomness:
+    """Swaps a model's own global-RNG state in around its steps: PyTorch's global generator is shared, so without
+    this a model's random draws (e.g. the data start's randperm) would depend on what the models before it drew."""
+
+    def __init__(self, seed: int, name: str):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+            self.state = torch.get_rng_state()
+
+    def __enter__(self):
+        self.outer = torch.get_rng_state()
+        torch.set_rng_state(self.state)
+
+    def __exit__(self, *exc):
+        self.state = torch.get_rng_state()
+        torch.set_rng_state(self.outer)
+
+
 @torch.no_grad()
 def training_batches(train, steps: int, seed: int, batch: int = 32):
     """(step, images) for steps 1..steps: a seeded shuffle, reshuffled when it runs out. Every model of a
@@ -265,21 +286,24 @@ def main():
     channels = test_x.shape[1]
     models = {n: build(n, channels, args.seed, args.num_codes, args.shared_pi) for n in names}
     opts = {n: torch.optim.Adam([p for p in m.parameters() if p.requires_grad], lr=1e-3) for n, m in models.items()}
+    rngs = {n: OwnRandomness(args.seed, n) for n in names}
     times = {n: [] for n in names}
     curves = {n: [] for n in names}
     for step, x in training_batches(splits.train, args.steps, args.seed):
         for n in names:  # interleaved: every model trains on this batch before the next batch
             m, opt = models[n], opts[n]
-            t0 = time.perf_counter()
-            x_hat, out = m(x)
-            loss = m.reconstruction_loss(x_hat, x) + out.loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            times[n].append(time.perf_counter() - t0)
+            with rngs[n]:
+                t0 = time.perf_counter()
+                x_hat, out = m(x)
+                loss = m.reconstruction_loss(x_hat, x) + out.loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                times[n].append(time.perf_counter() - t0)
         if step % args.eval_every == 0 or step == args.steps:
             for n in names:
-                curves[n].append(dict(step=step, **evaluate(models[n], test_x)))
+                with rngs[n]:
+                    curves[n].append(dict(step=step, **evaluate(models[n], test_x)))
             print(f"step {step}: " + "; ".join(f"{n}: ppl {curves[n][-1]['perplexity']:.1f} "
                                               f"mse {curves[n][-1]['mse']:.5f}" for n in names), flush=True)
     rows = []
