@@ -5,7 +5,9 @@ Rows (all interleaved on identical batches, batch 32, Adam 1e-3, K 512, D 64, as
 - "VQ-VAE": the reference baseline in the paper's 32x32 network.
 - "SQ-VAE as sony/sqvae": `StochasticQuantizer(latent_scale="none")`, sony/sqvae's Gaussian quantizer exactly,
   in the paper's 32x32 network (what `vqwae` ran before BENCHMARKS.md section 10).
-- "SQ-VAE default": the shipped `StochasticQuantizer()` (latent_scale="data") in the same network.
+- "SQ-VAE default": the shipped `StochasticQuantizer()` in the same network (latent_scale="batch" since
+  BENCHMARKS.md section 10b; "data" before).
+- "SQ-VAE fixed gain" / "SQ-VAE batch scale": latent_scale="data" / "batch", whatever the default is.
 - "SQ-VAE in sony's network": the same quantizer as the second row inside the network sony/sqvae trains it in
   for CIFAR-10 (their `net_32` with `num_rb 2`: batch norm after every convolution, the encoder ending in a
   residual block so its latents have unit scale, a sigmoid output; conv weights N(0, 0.02), BN weights
@@ -85,6 +87,8 @@ ROWS = {
     "VQ-VAE": ("paper", "vector", {}),
     "SQ-VAE as sony/sqvae": ("paper", "stochastic", dict(latent_scale="none")),
     "SQ-VAE default": ("paper", "stochastic", {}),
+    "SQ-VAE fixed gain": ("paper", "stochastic", dict(latent_scale="data")),
+    "SQ-VAE batch scale": ("paper", "stochastic", dict(latent_scale="batch")),
     "SQ-VAE in sony's network": ("sony", "stochastic", dict(latent_scale="none")),
 }
 

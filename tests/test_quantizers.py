@@ -231,7 +231,7 @@ def test_stochastic_latent_gain_makes_the_quantizer_blind_to_the_encoders_scale(
     outs = []
     for scale in (1.0, 0.002):
         torch.manual_seed(0)
-        q = StochasticQuantizer(num_codes=32, dim=8).train()
+        q = StochasticQuantizer(num_codes=32, dim=8, latent_scale="data").train()
         outs.append(q(z * scale))
         assert float(q.latent_gain) == pytest.approx(1 / (scale * float(z.pow(2).mean().sqrt())), rel=1e-5)
         q(z)  # fixed after the first batch
@@ -245,28 +245,66 @@ def test_stochastic_latent_gain_makes_the_quantizer_blind_to_the_encoders_scale(
 
 
 def test_stochastic_gain_is_saved_and_old_checkpoints_load_as_before():
-    q = StochasticQuantizer(num_codes=16, dim=8).train()
+    q = StochasticQuantizer(num_codes=16, dim=8, latent_scale="data").train()
     q.eval()(torch.randn(2, 8, 2, 2) * 5)  # evaluation never sets the gain
     assert not bool(q.gain_initialized)
     q.train()(torch.randn(2, 8, 2, 2) * 5)
-    fresh = StochasticQuantizer(num_codes=16, dim=8)
+    fresh = StochasticQuantizer(num_codes=16, dim=8, latent_scale="data")
     fresh.load_state_dict(q.state_dict())
     assert float(fresh.latent_gain) == float(q.latent_gain) and bool(fresh.gain_initialized)
     old = {k: v for k, v in q.state_dict().items() if k not in ("latent_gain", "gain_initialized")}
-    fresh = StochasticQuantizer(num_codes=16, dim=8)
+    fresh = StochasticQuantizer(num_codes=16, dim=8, latent_scale="data")
     fresh.load_state_dict(old)  # saved before latent_scale existed: z quantized as it is
     assert float(fresh.latent_gain) == 1.0 and bool(fresh.gain_initialized)
     fresh.train()(torch.randn(2, 8, 2, 2) * 5)
     assert float(fresh.latent_gain) == 1.0  # and stays so
 
 
-def test_stochastic_training_step_never_syncs_with_the_host(monkeypatch):
+def test_stochastic_batch_scale_is_blind_to_the_encoders_scale_at_every_step():
+    # latent_scale="batch": like batch norm, each training batch is quantized at unit RMS, so an encoder that
+    # shrinks or grows its latents after the first batch changes nothing the method sees. Under a gain fixed on
+    # the first batch ("data") shrunken latents sit at the codebook's centre: one code is everyone's nearest.
+    first, later = torch.randn(8, 8, 4, 4), torch.randn(8, 8, 4, 4)
+    runs = {}
+    for scale in (1.0, 0.01, 100.0):
+        torch.manual_seed(0)
+        q = StochasticQuantizer(num_codes=32, dim=8, latent_scale="batch").train()
+        q(first)
+        torch.manual_seed(1)
+        runs[scale] = q(later * scale)
+    for scale in (0.01, 100.0):
+        a, b = runs[1.0], runs[scale]
+        assert torch.equal(a.indices, b.indices)
+        assert torch.allclose(a.quantized * scale, b.quantized, rtol=1e-4, atol=1e-7)  # returned in z's units
+        assert all(torch.allclose(a.losses[k], b.losses[k], rtol=1e-4) for k in a.losses)
+    fixed = StochasticQuantizer(num_codes=32, dim=8, latent_scale="data").train()
+    fixed(first)
+    assert fixed(later * 0.01).indices.unique().numel() == 1
+    assert runs[0.01].indices.unique().numel() > 8
+
+
+def test_stochastic_batch_scale_evaluates_with_the_running_rms():
+    q = StochasticQuantizer(num_codes=16, dim=8, latent_scale="batch").train()
+    z = torch.randn(64, 8, 4, 4) * 3.0
+    for _ in range(60):
+        q(z)
+    assert float(q.latent_gain) == pytest.approx(1 / float(z.pow(2).mean().sqrt()), rel=1e-4)
+    q.eval()
+    out = q(z)  # evaluation: the running gain, the nearest code in z's units
+    assert torch.equal(out.indices, torch.cdist(q.flatten(z).reshape(-1, 8), q.codebook).argmin(-1).view(64, 4, 4))
+    fresh = StochasticQuantizer(num_codes=16, dim=8, latent_scale="batch")
+    fresh.load_state_dict(q.state_dict())
+    assert torch.equal(fresh.eval()(z).indices, out.indices)
+
+
+@pytest.mark.parametrize("latent_scale", ["data", "batch"])
+def test_stochastic_training_step_never_syncs_with_the_host(monkeypatch, latent_scale):
     from .test_solver_speed_properties import _NoHostSync
 
     # The input check is an asynchronous device assert off the CPU (check_finite); on the CPU it reads.
     monkeypatch.setattr(StochasticQuantizer, "check_finite", staticmethod(lambda z: None))
-    q = StochasticQuantizer(num_codes=16, dim=8).train()
-    q(torch.randn(4, 8, 2, 2))  # the first batch sets the gain (one host read)
+    q = StochasticQuantizer(num_codes=16, dim=8, latent_scale=latent_scale).train()
+    q(torch.randn(4, 8, 2, 2))  # "data": the first batch sets the gain (one host read)
     z = torch.randn(4, 8, 2, 2, requires_grad=True)
     with _NoHostSync():
         out = q(z)

@@ -137,6 +137,20 @@ def test_a_record_without_what_the_report_needs_is_trained_again(tmp_path):
     assert layout.has_weights(run_dir)  # the probe needs the weights: trained again
 
 
+def test_the_run_key_follows_every_option_the_run_reads_and_no_other():
+    # A default that changes (SQ-VAE's latent_scale did) must not let a run trained before pass for one after.
+    from vqwae.reproduce.runner import run_key
+
+    sq = TrainConfig.from_dict(dict(model="sqvae", dataset="mnist"))
+    assert run_key(sq.replace(sq_latent_scale="data")) != run_key(sq)
+    assert run_key(sq.replace(ws_weight=0.1, beta=0.5)) == run_key(sq)  # VQ-WAE's and VQ-VAE's sections
+    assert run_key(sq.replace(threads=3, out="elsewhere", device="cpu", data_root="/x")) == run_key(sq)
+    assert run_key(sq.replace(disc_start=5, ch=64)) == run_key(sq)  # VQGAN's: only read with arch=vqgan
+    gan = TrainConfig.from_dict(dict(model="vqwae", dataset="mnist", arch="vqgan"))
+    assert run_key(gan.replace(disc_start=5)) != run_key(gan) != run_key(gan.replace(ch=64))
+    assert run_key(gan.replace(sq_latent_scale="data")) == run_key(gan)
+
+
 def test_unknown_experiment_and_budget_are_rejected(tmp_path):
     r = CliRunner().invoke(app, ["reproduce", "--experiment", "recon,fid", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "valid: recon" in r.output

@@ -11,14 +11,20 @@ and the data term (D_x / 2) log MSE (``reconstruction_loss``), which replaces th
 
 The posterior's variance has a floor, sigma^2 >= 1, in the latents' own units (sony/sqvae's "gaussian_1" adds
 exp(0) for the encoder variance it does not model), so the method assumes latents of about unit scale, which
-their batch-normalised encoder gives from the first step. The paper's 32x32 network ends in a 1x1 convolution
-with N(0, 0.02) weights: its latents start about 400x smaller than the N(0, 1) codebook, every posterior is
-uniform and every latent's nearest code is the same one, and the method spends its first thousands of steps
-growing the encoder. ``latent_scale="data"`` (the default) removes that: on the first training batch the
-quantizer fixes a gain g so that g z has unit RMS (a saved buffer, identical on every rank) and runs the method on
-g z, with the learned parameters (codebook, s) in those unit-scale coordinates; what it returns is back in z's
-units (the codewords c / g), so it stays a drop-in layer. ``latent_scale="none"`` (g = 1) is sony/sqvae's
-quantizer exactly. BENCHMARKS.md section 10 measures both.
+their batch-normalised encoder gives at every step. The paper's 32x32 network ends in a 1x1 convolution with
+N(0, 0.02) weights: its latents start about 400x (CIFAR-10) to 1,400x (MNIST) smaller than the N(0, 1) codebook,
+every posterior is uniform and every latent's nearest code is the same one, and the method spends its first
+thousands of steps growing the encoder. ``latent_scale`` runs the method on g z, with the learned parameters
+(codebook, s) in those unit-scale coordinates; what it returns is back in z's units (the codewords c / g), so it
+stays a drop-in layer:
+
+* ``"batch"`` (the default): g = 1 / RMS of each training batch's latents, differentiable, as batch norm does
+  (without its per-channel statistics and affine); evaluation uses an EMA of the batch RMS (a saved buffer).
+  The loss cannot depend on the encoder's overall scale, whatever it does during training.
+* ``"data"``: g fixed on the first training batch. The encoder can then shrink its latents under the fixed g,
+  and on MNIST it did: within 250 steps the method saw them at RMS 0.05, where every posterior is uniform and
+  the decoder receives the codebook's mean; the run never left one code (BENCHMARKS.md section 10b).
+* ``"none"`` (g = 1): sony/sqvae's quantizer exactly.
 """
 from __future__ import annotations
 
@@ -35,6 +41,11 @@ from vqwae.options import check_fields, option
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32
 
 
+# latent_scale="batch": the decay of the EMA of the batch RMS that evaluation uses (batch norm's momentum 0.1; a
+# constant, not an option: the scale settles within tens of steps and the EMA only has to follow it).
+SCALE_DECAY = 0.9
+
+
 @dataclass(frozen=True)
 class StochasticOptions:
     """SQ-VAE's options (a training config's ``sqvae`` section)."""
@@ -45,9 +56,10 @@ class StochasticOptions:
     temperature_decay: float = option(1e-5, "sqvae: tau = exp(-decay * step)", min=0, flat="sq_temperature_decay")
     min_temperature: float = option(1e-3, "sqvae: floor on tau (keeps the Gumbel-softmax finite on long runs)",
                                     min=0, flat="sq_min_temperature")
-    latent_scale: str = option("data", "sqvae: data: scale the latents to unit RMS by a gain fixed on the first "
-                               "training batch (the scale sony/sqvae's batch-normalised encoder gives) | none: as "
-                               "sony/sqvae", choices=("data", "none"), flat="sq_latent_scale")
+    latent_scale: str = option("batch", "sqvae: scale the latents to unit RMS (the scale sony/sqvae's batch-"
+                               "normalised encoder gives). batch: by each training batch's RMS (an EMA of it in "
+                               "evaluation) | data: by a gain fixed on the first training batch | none: as "
+                               "sony/sqvae", choices=("batch", "data", "none"), flat="sq_latent_scale")
 
     def __post_init__(self):
         check_fields(self)
@@ -89,6 +101,23 @@ class StochasticQuantizer(Quantizer):
             state_dict.setdefault(prefix + name, value)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, *args, **kwargs)
 
+    def _gain(self, flat: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """The gain g of this forward pass (a 0-dim tensor; no host read after the first training step)."""
+        mode = self.config.latent_scale
+        if mode == "data" and self.training:
+            self._once_per_run("gain_initialized", self._init_gain, flat)
+        if mode != "batch" or not self.training:
+            return self.latent_gain
+        # "batch": g = 1 / RMS of this batch's (real) latents, differentiable (like batch norm, the loss cannot
+        # depend on the encoder's overall scale); evaluation uses an EMA of the batch RMS (latent_gain = 1 / it).
+        kept = flat if mask is None else flat[mask.reshape(flat.shape[:2])]
+        rms = kept.pow(2).mean().sqrt().clamp_min(torch.finfo(flat.dtype).tiny)
+        with torch.no_grad():
+            running = torch.lerp(1 / self.latent_gain, rms, 1 - SCALE_DECAY)
+            self.latent_gain.copy_(1 / torch.where(self.gain_initialized, running, rms))
+            self.gain_initialized.fill_(True)
+        return 1 / rms
+
     @torch.no_grad()
     def _init_gain(self, flat: torch.Tensor) -> None:
         """g = 1 / RMS of this (first training) batch's latents, over all ranks under DDP."""
@@ -127,9 +156,8 @@ class StochasticQuantizer(Quantizer):
         self.check_input(z, mask)
         b = z.shape[0]
         flat = self.flatten(z)  # (B, M, D)
-        if self.training:
-            self._once_per_run("gain_initialized", self._init_gain, flat)
-        flat = flat * self.latent_gain  # g z: the method's unit-scale coordinates
+        gain = self._gain(flat, mask)
+        flat = flat * gain  # g z: the method's unit-scale coordinates
         logits = -squared_distances(flat, self.embedding) / (2 * self.variance)  # (B, M, K)
         indices = logits.detach().argmax(-1)  # the nearest codeword
         if self.training:
@@ -148,4 +176,4 @@ class StochasticQuantizer(Quantizer):
                 kl_discrete, kl_continuous = kl_discrete[keep], kl_continuous[keep]
             losses["kl_discrete"] = kl_discrete.sum() / b
             losses["kl_continuous"] = kl_continuous.sum() / b
-        return self._output(z, flat_q / self.latent_gain, indices, losses, mask)  # back in z's units
+        return self._output(z, flat_q / gain, indices, losses, mask)  # back in z's units

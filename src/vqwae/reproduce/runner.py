@@ -15,22 +15,38 @@ from pathlib import Path
 
 from vqwae.reproduce import records as run_records
 from vqwae.reproduce.grid import EVAL_LEVELS, Budget, RunSpec
-from vqwae.quantizers import upgrade_quantizer_config
 from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
 from vqwae.threads import default_num_threads
 from vqwae.training import TrainConfig, train
 
 
+# Options that say where and how a run trains, not what it trains: left out of its key.
+WHERE_AND_HOW = {"data": ("data_root", "download", "num_workers"), "run": ("out", "device", "threads", "logger"),
+                 "gan": ("lpips_weights",)}
+
+
+def run_key(cfg: TrainConfig) -> str:
+    """A run's cache key: a hash of its resolved configuration, defaults included, so that a run trained before
+    a default changed is not taken for one trained after. Left out: WHERE_AND_HOW, the option sections of the
+    other two models, and the VQGAN network and adversary sections unless arch is vqgan (options the run never
+    reads). What the code does with the same options (a fixed bug) is not in the key."""
+    nested = cfg.to_dict()
+    for model in ("vqwae", "vqvae", "sqvae"):
+        if model != cfg.model:
+            nested["quantizer"].pop(model)
+    if cfg.network.arch != "vqgan":
+        nested.pop("gan")
+        nested["network"] = {k: nested["network"][k] for k in ("arch", "authors_quirks")}
+    for section, keys in WHERE_AND_HOW.items():
+        for key in keys:
+            nested.get(section, {}).pop(key, None)
+    return hashlib.sha256(json.dumps(nested, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
 def run_dir_for(out: Path, spec: RunSpec, values: dict) -> Path:
-    """OUT/runs/<dataset>/<model>-<hash>: the hash is of the run's flat option values (format 1, as the cache
-    has always keyed them). A value equal to what a format-1 config.json implies when the option is absent
-    (an option added later) is left out, so runs trained before the option existed are still found."""
-    implicit = upgrade_quantizer_config("wasserstein", {}, version=1)
-    key = json.dumps({k: v for k, v in sorted(values.items())
-                      if k != "out" and not (k in implicit and v == implicit[k])}, sort_keys=True, default=str)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-    return Path(out) / "runs" / spec.dataset / f"{spec.model}-{digest}"
+    """OUT/runs/<dataset>/<model>-<run_key of the configuration the spec's values resolve to>."""
+    return Path(out) / "runs" / spec.dataset / f"{spec.model}-{run_key(TrainConfig.from_dict(values))}"
 
 
 def trained(history: list[dict], epochs: int, max_steps: int | None) -> bool:
