@@ -89,6 +89,9 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
               f"[reproduce] analysis {i}/{len(experiments)}: {e} ({', '.join(available)})", flush=True)
         sections.append(ANALYSES[e](available, results, b, out, device=device, inception_weights=inception_weights,
                                     ffhq=ffhq))
+        if records is not None and e in DOWNSTREAM_KEYS:  # it added its results to the runs' eval.json: keep
+            for r in results.values():                     # them now, not only when every analysis is done
+                run_records.save(Path(r["run_dir"]), Path(records))
     skipped = not_run + [(d, "not requested (--datasets)") for d in PAPER_DATASETS if d not in datasets]
     if skipped:
         sections.append(Section("Datasets not run", "all tables", ["dataset", "reason"],
