@@ -4,8 +4,9 @@ The paper's 32x32 network, batch 32, K 512, Adam 1e-3. Every model starts from t
 weights and sees the same batches in the same order: the models take turns on each batch (interleaved), so
 load on a shared machine hits them alike. Each model draws its own random numbers (a data-drawn codebook start,
 k-means init, dead-code expiry) from its own generator state, seeded from --seed and its name, so a model's
-figures do not depend on which other models run beside it. Every ``--eval-every`` steps each model is evaluated on the first
-``--test-images`` test images: one usage histogram over all of them (perplexity, codes used) and the MSE.
+figures do not depend on which other models run beside it. Every ``--eval-every`` steps each model is evaluated
+on the first ``--test-images`` test images: one usage histogram over all of them (perplexity, codes used) and
+the MSE.
 
     pip install -e ".[bench]"      # vector-quantize-pytorch: a benchmark-only dependency
     .venv/bin/python benchmarks/peer_comparison.py --dataset mnist --data-root ../shared/data --steps 3000

@@ -110,8 +110,12 @@ class StochasticQuantizer(Quantizer):
             return self.latent_gain
         # "batch": g = 1 / RMS of this batch's (real) latents, differentiable (like batch norm, the loss cannot
         # depend on the encoder's overall scale); evaluation uses an EMA of the batch RMS (latent_gain = 1 / it).
-        kept = flat if mask is None else flat[mask.reshape(flat.shape[:2])]
-        rms = kept.pow(2).mean().sqrt().clamp_min(torch.finfo(flat.dtype).tiny)
+        if mask is None:
+            mean_square = flat.pow(2).mean()
+        else:  # over the real latents, by weights rather than boolean indexing (which reads the host)
+            keep = mask.reshape(flat.shape[:2]).to(flat.dtype)
+            mean_square = (flat.pow(2).sum(-1) * keep).sum() / (keep.sum() * flat.shape[-1]).clamp_min(1)
+        rms = mean_square.sqrt().clamp_min(torch.finfo(flat.dtype).tiny)
         with torch.no_grad():
             running = torch.lerp(1 / self.latent_gain, rms, 1 - SCALE_DECAY)
             self.latent_gain.copy_(1 / torch.where(self.gain_initialized, running, rms))

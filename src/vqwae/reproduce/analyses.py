@@ -116,9 +116,6 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     sections.insert(0, claims_summary(sections, {"paper": "VQ-WAE as published (`paper`)",
                                                  "shipped": "VQ-WAE as shipped (defaults)"}))
     md, _ = write_report(out, "VQ-WAE reproduction report", preamble, sections)
-    if records is not None:  # the analyses added probe, t-SNE and generation results to the runs' eval.json
-        for r in results.values():
-            run_records.save(Path(r["run_dir"]), Path(records))
     (out / "results.json").write_text(json.dumps({s.label: r for s, r in results.items()}, indent=2, default=str))
     return md
 

@@ -19,6 +19,7 @@ from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
 from vqwae.threads import default_num_threads
 from vqwae.training import TrainConfig, train
+from vqwae.training.config import MODELS
 
 
 # Options that say where and how a run trains, not what it trains: left out of its key.
@@ -32,7 +33,7 @@ def run_key(cfg: TrainConfig) -> str:
     other two models, and the VQGAN network and adversary sections unless arch is vqgan (options the run never
     reads). What the code does with the same options (a fixed bug) is not in the key."""
     nested = cfg.to_dict()
-    for model in ("vqwae", "vqvae", "sqvae"):
+    for model in MODELS:  # each model's quantizer options sit in a section of its name
         if model != cfg.model:
             nested["quantizer"].pop(model)
     if cfg.network.arch != "vqgan":
