@@ -208,11 +208,42 @@ def test_data_codebook_init_draws_codes_from_the_first_training_batch_once():
     r.load_state_dict(q.state_dict())
     r.train()(torch.randn(3, 4, 2, 2))
     assert torch.equal(r.embedding.detach(), before)
-    # fewer latents than codes: drawn with replacement plus a little noise, all distinct
-    s = WassersteinQuantizer(num_codes=32, dim=4, num_positions=4, codebook_init="data").train()
-    s(z)
-    assert torch.unique(s.embedding.detach(), dim=0).shape[0] == 32
-    assert torch.cdist(s.embedding.detach(), flat).min(-1).values.max() < 0.5
+    # a checkpoint saved before codes_drawn existed loads as fully drawn
+    old = {k: v for k, v in q.state_dict().items() if k != "codes_drawn"}
+    r = WassersteinQuantizer(**kw)
+    r.load_state_dict(old)
+    assert int(r.codes_drawn) == 8
+
+
+def test_data_codebook_init_with_fewer_latents_than_codes_draws_from_the_next_batches():
+    """K > N: the first batch fills the codebook with its N latents and noisy copies; each next training batch
+    replaces N copies with its own latents, so after ceil(K / N) batches every code is a distinct latent."""
+    torch.manual_seed(0)
+    kw = dict(num_codes=32, dim=4, num_positions=None, codebook_init="data", codebook_update="gradient")  # codes stay
+    q = WassersteinQuantizer(**kw).train()
+    batches = [torch.randn(3, 4, 2, 2) * 5 + 10 * i for i in range(3)]  # 12 latents each, apart from each other
+    flats = [q.flatten(z).reshape(-1, 4) for z in batches]
+
+    def from_batch(i):  # which codes are (up to float error) latents of batch i
+        exact = torch.cdist(q.embedding.detach(), flats[i], compute_mode="donot_use_mm_for_euclid_dist")
+        return exact.min(-1).values < 1e-4
+
+    q(batches[0])
+    assert torch.unique(q.embedding.detach(), dim=0).shape[0] == 32  # copies are noisy: all distinct
+    assert from_batch(0)[:12].all() and int(q.codes_drawn) == 12 and not bool(q.codebook_initialized)
+    r = WassersteinQuantizer(**kw)
+    r.load_state_dict(q.state_dict())  # a run resumed mid-draw goes on drawing where it stopped
+    for m in (q, r.train()):
+        torch.manual_seed(1)  # the same draw for both
+        m(batches[1])
+    assert torch.equal(q.embedding, r.embedding)
+    assert from_batch(1)[12:24].all() and int(q.codes_drawn) == 24
+    q(batches[2])
+    assert from_batch(2)[24:].all() and bool(q.codebook_initialized)  # 8 of its 12 latents: K reached
+    assert (from_batch(0)[:12].sum(), from_batch(1)[12:24].sum()) == (12, 12)  # earlier draws kept
+    before = q.embedding.detach().clone()
+    q.eval()(batches[0] * 0)
+    assert torch.equal(q.embedding, before)
 
 
 DDP_SOLVERS = ("semidiscrete", "sinkhorn", "dual")

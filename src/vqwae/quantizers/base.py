@@ -91,14 +91,16 @@ class Quantizer(nn.Module):
 
     # ---- shared machinery -----------------------------------------------------------------------
     def _once_per_run(self, flag: str, init, *args) -> None:
-        """``init(*args)`` on the first training batch of a run, and never again: ``flag`` names a saved bool
-        buffer saying it was done, so a resumed run keeps what it set. The flag is read on the host until it
-        is found set, then the answer is cached on the module: no host synchronisation after that."""
+        """``init(*args)`` on the first training batch of a run (and on the next ones while it returns False,
+        "not finished"), then never again: ``flag`` names a saved bool buffer saying it was done, so a resumed
+        run keeps what it set. The flag is read on the host until it is found set, then the answer is cached on
+        the module: no host synchronisation after that."""
         if flag in self._done_once:
             return
         done = getattr(self, flag)
         if not bool(done):
-            init(*args)
+            if init(*args) is False:
+                return
             done.fill_(True)
         self._done_once.add(flag)
 

@@ -24,7 +24,7 @@ Solvers for W:
 * "dual" (the paper's entropic semi-dual with a Kantorovich potential network, Eq. (8)).
 ``num_positions=None`` shares one pi across positions and solves one OT between all B*M latents and the
 codebook (their "global" variant), its value scaled by M so that ws_weight means the same in both modes.
-``codebook_init="data"`` draws the codewords from the first training batch's latents (recommended for
+``codebook_init="data"`` draws the codewords from the first training batches' latents (recommended for
 training: with the N(0, 1) codebook and near-zero initial latents, usage starts at one code).
 """
 from __future__ import annotations
@@ -96,7 +96,7 @@ class WassersteinOptions:
                                       "positions", min=0)
     scale_decay: float = option(0.9, "vqwae semidiscrete: EMA decay of the cost scale (the quantization error)",
                                 min=0, below=1)
-    codebook_init: str = option("data", "vqwae: codebook start: data (K latents of the first training batch) or "
+    codebook_init: str = option("data", "vqwae: codebook start: data (K latents of the first training batches) or "
                                 "normal (N(0, 1), the authors)", choices=CODEBOOK_INITS)
     codebook_update: str = option("transport", "vqwae: transport (each code moves to an EMA of the latents the OT "
                                   "plan sends it) or gradient (the optimiser steps it on the WS term: the paper)",
@@ -182,8 +182,10 @@ class WassersteinQuantizer(Quantizer):
         else:
             self.register_buffer("beta", beta)
         if cfg.codebook_init == "data":
-            # Set once the codebook has been drawn from a training batch (saved, so a resumed run keeps it).
+            # Set once every codeword has been drawn from training latents, and how many have been so far
+            # (saved, so a resumed run keeps them; see _init_codebook_from).
             self.register_buffer("codebook_initialized", torch.zeros((), dtype=torch.bool))
+            self.register_buffer("codes_drawn", torch.zeros((), dtype=torch.long))
         if cfg.codebook_update == "transport":
             # EMAs of the mass the plan sends to each code and of the latents it sends there, summed over
             # positions (zero-initialised: their ratio, the codeword, needs no debiasing).
@@ -197,6 +199,10 @@ class WassersteinQuantizer(Quantizer):
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         _upgrade_state_dict(state_dict, prefix, self.config.solver)
+        if self.config.codebook_init == "data" and prefix + "codes_drawn" not in state_dict \
+                and prefix + "codebook_initialized" in state_dict:  # saved before codes_drawn existed
+            done = bool(state_dict[prefix + "codebook_initialized"])
+            state_dict[prefix + "codes_drawn"] = torch.tensor(self.num_codes if done else 0)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     def log_pi(self) -> torch.Tensor:
@@ -297,23 +303,33 @@ class WassersteinQuantizer(Quantizer):
         self.embedding.copy_(torch.where(seen.unsqueeze(1), centroid, self.embedding))
 
     @torch.no_grad()
-    def _init_codebook_from(self, flat: torch.Tensor) -> None:
-        """codebook_init="data": the codewords become K latents drawn from this (first training) batch, with a
-        little noise when the batch holds fewer than K latents; rank 0's choice is broadcast under DDP."""
+    def _init_codebook_from(self, flat: torch.Tensor) -> bool:
+        """codebook_init="data": the codewords become latents drawn from the first training batches; returns
+        whether all K have been drawn. The first batch fills the codebook: K of its latents, or, when it holds
+        N < K latents, all of them and K - N copies with a little noise. Each of the next batches then replaces
+        N of those copies with its own latents, until all K codes are distinct latents (ceil(K / N) batches).
+
+        Why not copies alone: a copy and its original share one transport cell, and the plan splits that cell
+        between them only as fast as the potential learns to, which took about 2,500 steps to spread 8,192
+        codes drawn from one batch of 2,048 latents (BENCHMARKS.md 8m, 8n). Rank 0's choice is broadcast
+        under DDP."""
         x = flat.detach().reshape(-1, self.dim)
-        n = x.shape[0]
-        if n >= self.num_codes:
-            chosen = x[torch.randperm(n, device=x.device)[: self.num_codes]]
-        else:
-            chosen = x[torch.randint(0, n, (self.num_codes,), device=x.device)]
-            chosen = chosen + 0.01 * x.std() * torch.randn_like(chosen)
+        n, k = x.shape[0], self.num_codes
+        start = int(self.codes_drawn)  # a host read, only while the codebook is being drawn
+        count = min(n, k - start)
+        chosen = x[torch.randperm(n, device=x.device)[:count]]
+        if start == 0 and count < k:  # the first batch: fill the rest with noisy copies, replaced later
+            copies = x[torch.randint(0, n, (k - count,), device=x.device)]
+            chosen = torch.cat([chosen, copies + 0.01 * x.std() * torch.randn_like(copies)])
         if is_distributed():
             dist.broadcast(chosen, src=0)
-        self.embedding.copy_(chosen)
+        self.embedding[start:start + chosen.shape[0]] = chosen
+        self.codes_drawn.fill_(start + count)
         self.solver.reset()
         if self.config.codebook_update == "transport":
             self.transport_mass.zero_()
             self.transport_sum.zero_()
+        return start + count >= k
 
     def kl_to_uniform(self) -> torch.Tensor:
         """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean")."""
