@@ -198,11 +198,7 @@ class WassersteinQuantizer(Quantizer):
         return self.embedding
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
-        _upgrade_state_dict(state_dict, prefix, self.config.solver)
-        if self.config.codebook_init == "data" and prefix + "codes_drawn" not in state_dict \
-                and prefix + "codebook_initialized" in state_dict:  # saved before codes_drawn existed
-            done = bool(state_dict[prefix + "codebook_initialized"])
-            state_dict[prefix + "codes_drawn"] = torch.tensor(self.num_codes if done else 0)
+        _upgrade_state_dict(state_dict, prefix, self.config)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     def log_pi(self) -> torch.Tensor:
@@ -396,9 +392,14 @@ _LAYOUT_1 = {
 }
 
 
-def _upgrade_state_dict(state_dict: dict, prefix: str, solver: str) -> None:
-    """Rename, in place, a layout-1 quantizer state dict's solver entries to layout 2 (no-op for layout 2)."""
-    for old, new in _LAYOUT_1[solver].items():
+def _upgrade_state_dict(state_dict: dict, prefix: str, config: WassersteinConfig) -> None:
+    """Bring, in place, an older quantizer state dict up to date (no-op for a current one): rename layout 1's
+    solver entries to layout 2's, and give a data-drawn codebook saved before ``codes_drawn`` existed its count
+    (K once ``codebook_initialized`` was set, else 0)."""
+    drawn, done = prefix + "codes_drawn", prefix + "codebook_initialized"
+    if config.codebook_init == "data" and drawn not in state_dict and done in state_dict:
+        state_dict[drawn] = torch.tensor(config.num_codes if bool(state_dict[done]) else 0)
+    for old, new in _LAYOUT_1[config.solver].items():
         for key in [k for k in state_dict if k.startswith(prefix + old)]:
             if old.endswith(".") or key == prefix + old:
                 value = state_dict.pop(key)

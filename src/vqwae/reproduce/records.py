@@ -5,7 +5,8 @@ several sessions or machines and rebuilt without training.
 writes each run's record to DIR as soon as the run is trained and evaluated, and again after each analysis that
 adds to eval.json (the probe, t-SNE and generation results), so an invocation killed mid-way keeps what it did.
 A record holds no weights (``layout.RECORD_FILES``): a run restored from one is used as it stands when it already
-has everything the invocation reads, and is trained again otherwise (``runner.ensure_run``). DIR mirrors OUT/runs: ``DIR/<dataset>/<model>-<hash>/``.
+has everything the invocation reads, and is trained again otherwise (``runner.ensure_run``). DIR mirrors
+OUT/runs: ``DIR/<dataset>/<model>-<hash>/``.
 """
 from __future__ import annotations
 
