@@ -181,3 +181,21 @@ def test_the_grid_has_both_vqwae_rows_and_the_ablations_run_the_paper_with_the_f
     # the cpu budget is one where the method has left its start (issue 17): >= 3,000 steps, >= 20,000 images, >= 1,000 test
     assert cpu.max_steps >= 3000 and cpu.train_limit >= 20000 and cpu.eval_limit >= 1000
     assert cpu.epochs * cpu.train_limit // 32 >= cpu.max_steps  # the epochs do not stop it first
+
+
+def test_a_claim_decided_by_less_than_one_runs_noise_is_marked_within_noise():
+    from vqwae.reproduce.analyses import _claim_best, within_accuracy_error
+    from vqwae.reproduce.report import Section, claims_summary
+
+    clear = _claim_best("lowest FID", {"vqvae": 300.0, "sqvae": 140.0, "vqwae": 100.0}, "vqwae", lower=True)
+    coin = _claim_best("lowest gFID", {"vqvae": 300.0, "sqvae": 137.0, "vqwae": 136.0}, "vqwae", lower=True)
+    lost = _claim_best("lowest FID", {"vqvae": 300.0, "sqvae": 136.0, "vqwae": 138.0}, "vqwae", lower=True)
+    assert (clear.verdict, coin.verdict, lost.verdict) == ("holds", "holds (within noise)",
+                                                          "DOES NOT HOLD (within noise)")
+    # accuracies: two binomial standard errors on 1,000 test images are about 3 points at 40%
+    probe = within_accuracy_error(1000)
+    assert probe(42.0, 40.0) and not probe(45.0, 40.0) and not within_accuracy_error(100_000)(42.0, 40.0)
+    summary = claims_summary([Section("S", "", [], [], claims=[
+        clear, coin, _claim_best("lowest MSE", {"vqwae": None, "vqvae": 1.0}, "vqwae", lower=True)])],
+        {"": "config"})
+    assert "config 1 / 2 (1 within noise)" in summary.notes[0]  # a coin toss does not count as holding

@@ -176,8 +176,8 @@ class StochasticQuantizer(Quantizer):
             kl_discrete = (log_p.exp() * log_p).sum(-1)  # (B, M)
             kl_continuous = (flat - flat_q).pow(2).sum(-1) / (2 * self.variance)  # (B, M)
             if mask is not None:
-                keep = mask.reshape(flat.shape[:2])
-                kl_discrete, kl_continuous = kl_discrete[keep], kl_continuous[keep]
+                keep = mask.reshape(flat.shape[:2]).to(flat.dtype)  # a product, not an index: no host read
+                kl_discrete, kl_continuous = kl_discrete * keep, kl_continuous * keep
             losses["kl_discrete"] = kl_discrete.sum() / b
             losses["kl_continuous"] = kl_continuous.sum() / b
         return self._output(z, flat_q / gain, indices, losses, mask)  # back in z's units

@@ -201,10 +201,44 @@ def _best(values: dict, lower: bool):
     return (min if lower else max)(vals, key=vals.get)
 
 
-def _claim_best(text, values: dict, winner: str, lower: bool, config: str = "") -> Claim:
-    best = _best(values, lower)
+# ---- one run's noise -------------------------------------------------------------------------------------
+# Every cell of the report is one run of one seed, so a claim decided by less than the spread between two seeds
+# is marked "within noise" (report.Claim) rather than read as a result. Each test says whether a and b are that
+# close.
+
+SEED_SPREAD = 0.07  # relative; MSE, FIDs, perplexity: two seeds of one configuration differed by 7% in test MSE
+                    # (BENCHMARKS 8n: the peer's 0.00342 vs 0.00319; VQ-WAE's 0.00353 vs 0.00345)
+SILHOUETTE_SPREAD = 0.01  # absolute; three t-SNE seeds and a second 1,000-image subset spread the silhouette of
+                          # each of two CIFAR-10 runs of the cpu report over 0.010 and 0.011 (a floor: the
+                          # training seed's share is not in it)
+
+
+def within_seed_spread(a: float, b: float) -> bool:
+    return abs(a - b) < SEED_SPREAD * max(abs(a), abs(b))
+
+
+def within_silhouette_spread(a: float, b: float) -> bool:
+    return abs(a - b) < SILHOUETTE_SPREAD
+
+
+def within_accuracy_error(n: int):
+    """Accuracies in percent on n test images: closer than two binomial standard errors of one of them."""
+    def close(a: float, b: float) -> bool:
+        p = (a + b) / 200
+        return abs(a - b) < 200 * np.sqrt(p * (1 - p) / n)
+    return close
+
+
+def _claim_best(text, values: dict, winner: str, lower: bool, config: str = "", close=within_seed_spread) -> Claim:
+    """"``winner`` has the lowest (``lower``) or highest value": within noise when the winner's value and the
+    best of the others' are ``close``."""
+    best, mine = _best(values, lower), values.get(winner)
     detail = ", ".join(f"{NAMES.get(k, k)} {fmt(v)}" for k, v in values.items())
-    return Claim(text, None if best is None else best == winner, detail, config)
+    if best is None or mine is None:  # the method's own number is missing: nothing to check
+        return Claim(text, None, detail, config)
+    others = [v for k, v in values.items() if k != winner and v is not None]
+    noisy = bool(others) and close(mine, (min if lower else max)(others))
+    return Claim(text, best == winner, detail, config, within_noise=noisy)
 
 
 def _against_baselines(values: dict, row: str) -> dict:
@@ -298,7 +332,7 @@ def pi_init(datasets, results, b: Budget, out: Path, **_) -> Section:
             c = _get(results, pi_spec(d, "learned_kl0", init, b), "perplexity")
             if a is not None and c is not None:
                 claims.append(Claim(f"{d}, {init} init: the KL regulariser (lambda_r = 1) raises perplexity over lambda_r = 0",
-                                    a > c, f"{fmt(a)} vs {fmt(c)}", "paper"))
+                                    a > c, f"{fmt(a)} vs {fmt(c)}", "paper", within_noise=within_seed_spread(a, c)))
         for init in ("peaked", "gaussian"):
             s = pi_spec(d, "fixed", init, b)
             if s in results:
@@ -375,7 +409,8 @@ def probe(datasets, results, b: Budget, out: Path, device="auto", **_) -> Sectio
                          fmt(100 * r["probe_accuracy_continuous"])])
         for w in WAE_ROWS:
             claims.append(_claim_best(f"{d}: a linear probe on VQ-WAE's quantized latents is the most accurate",
-                                      _against_baselines(acc, w), w, lower=False, config=WAE_ROWS[w]))
+                                      _against_baselines(acc, w), w, lower=False, config=WAE_ROWS[w],
+                                      close=within_accuracy_error(b.eval_limit or 10_000)))
     return Section("Linear probe", P.PROBE["table"],
                    ["dataset", "model", "accuracy % on quantized (paper)", "accuracy % on continuous"], rows, claims)
 
@@ -399,7 +434,8 @@ def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section
             figures.append(png)
         for w in WAE_ROWS:
             claims.append(_claim_best(f"{d}: VQ-WAE's classes are the best separated in t-SNE (highest silhouette)",
-                                      _against_baselines(sil, w), w, lower=False, config=WAE_ROWS[w]))
+                                      _against_baselines(sil, w), w, lower=False, config=WAE_ROWS[w],
+                                      close=within_silhouette_spread))
     return Section("t-SNE", "Figure 't-SNE feature visualization' (fig:tsne), with a silhouette score",
                    ["dataset", "model", "silhouette of classes"], rows, claims, figures)
 

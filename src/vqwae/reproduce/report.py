@@ -15,10 +15,17 @@ class Claim:
     holds: bool | None  # None: could not be checked in this run
     detail: str = ""  # the numbers behind the verdict
     config: str = ""  # which configuration of the method it was checked on (a column of the summary)
+    within_noise: bool = False  # the deciding margin is smaller than one run's noise: the verdict is a coin toss
 
     @property
     def verdict(self) -> str:
-        return {True: "holds", False: "DOES NOT HOLD", None: "not checked"}[self.holds]
+        base = {True: "holds", False: "DOES NOT HOLD", None: "not checked"}[self.holds]
+        return base + (" (within noise)" if self.within_noise and self.holds is not None else "")
+
+    @property
+    def clear(self) -> bool:
+        """Checked, and decided by more than the noise."""
+        return self.holds is not None and not self.within_noise
 
     @property
     def line(self) -> str:
@@ -40,15 +47,22 @@ class Section:
 def claims_summary(sections: list[Section], columns: dict[str, str]) -> Section:
     """The reader's summary: one row per claim (in the sections' order), one column per configuration it was
     checked on (``columns``: config -> heading); "—" where a claim was not checked on that configuration."""
-    verdicts: dict[str, dict[str, str]] = {}
+    verdicts: dict[str, dict[str, Claim]] = {}
     for s in sections:
         for c in s.claims:
-            verdicts.setdefault(f"{s.title}: {c.text}", {})[c.config] = c.verdict
-    rows = [[claim] + [v.get(config, "—") for config in columns] for claim, v in verdicts.items()]
-    held = {config: sum(v.get(config) == "holds" for v in verdicts.values()) for config in columns}
-    checked = {config: sum(v.get(config) in ("holds", "DOES NOT HOLD") for v in verdicts.values()) for config in columns}
-    notes = ["Holds / checked: " + "; ".join(f"{columns[c]} {held[c]} / {checked[c]}" for c in columns) + ". Each "
-             "claim's numbers are in its section below."]
+            verdicts.setdefault(f"{s.title}: {c.text}", {})[c.config] = c
+    rows = [[claim] + [v[config].verdict if config in v else "—" for config in columns]
+            for claim, v in verdicts.items()]
+
+    def count(config, keep) -> int:
+        return sum(bool(keep(v[config])) for v in verdicts.values() if config in v)
+
+    notes = ["Holds / checked: " + "; ".join(
+        f"{columns[c]} {count(c, lambda x: x.holds and x.clear)} / {count(c, lambda x: x.holds is not None)}"
+        f" ({count(c, lambda x: x.holds is not None and not x.clear)} within noise)" for c in columns)
+        + ". \"Within noise\": the margin that decides the claim is smaller than the spread between two runs "
+        "that differ only in their seed, so one run cannot tell; it counts as not holding. Each claim's numbers "
+        "are in its section below."]
     return Section("Summary: the paper's claims", "every table and figure below", ["claim", *columns.values()], rows,
                    notes=notes)
 
@@ -99,7 +113,7 @@ def to_html(title: str, preamble: list[str], sections: list[Section]) -> str:
         if s.claims:
             parts.append("<ul>")
             for c in s.claims:
-                cls = {True: "yes", False: "no", None: ""}[c.holds]
+                cls = {True: "yes", False: "no", None: ""}[c.holds] if c.clear else ""
                 parts.append(f"<li><span class='{cls}'>{e(c.verdict)}</span>: {e(c.line)}</li>")
             parts.append("</ul>")
         parts += [f"<p>{e(n)}</p>" for n in s.notes]
