@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_comparison import evaluate, training_batches  # noqa: E402  (the peer table's batches and test protocol)
+from peer_comparison import OwnRandomness, evaluate, training_batches  # noqa: E402  (the peer table's batches, test protocol and per-model RNG)
 
 from vqwae.data import load_splits
 from vqwae.models import NetworkConfig, VQAutoencoder
@@ -141,6 +141,7 @@ def main():
     models = {n: build(n, test_x.shape[1], args.dataset, args.seed) for n in names}
     opts = {n: torch.optim.Adam([p for p in m.parameters() if p.requires_grad], lr=1e-3) for n, m in models.items()}
     curves = {n: [] for n in names}
+    rngs = {n: OwnRandomness(args.seed, n) for n in names}  # each model's Gumbel draws independent of the others'
     terms = {n: defaultdict(float) for n in names}
     seen = 0
     stem = f"sqvae_audit_{args.dataset}_{args.steps}"
@@ -154,12 +155,13 @@ def main():
     for step, x in training_batches(splits.train, args.steps, args.seed):
         for n in names:  # interleaved: every model trains on this batch before the next batch
             m, opt = models[n], opts[n]
-            x_hat, out = m(x)
-            recon = m.reconstruction_loss(x_hat, x)
-            loss = recon + out.loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            with rngs[n]:
+                x_hat, out = m(x)
+                recon = m.reconstruction_loss(x_hat, x)
+                loss = recon + out.loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
             terms[n]["reconstruction"] += float(recon.detach())
             terms[n]["train_mse"] += float(nn.functional.mse_loss(x_hat.detach(), x))
             for k, v in out.losses.items():
