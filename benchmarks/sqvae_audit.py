@@ -36,7 +36,8 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_comparison import OwnRandomness, evaluate, training_batches  # noqa: E402  (the peer table's batches, test protocol and per-model RNG)
+# the peer table's batches, test protocol and per-model RNG
+from peer_comparison import OwnRandomness, evaluate, training_batches  # noqa: E402
 
 from vqwae.data import load_splits
 from vqwae.models import NetworkConfig, VQAutoencoder

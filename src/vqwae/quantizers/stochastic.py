@@ -101,8 +101,9 @@ class StochasticQuantizer(Quantizer):
             state_dict.setdefault(prefix + name, value)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, *args, **kwargs)
 
-    def _gain(self, flat: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """The gain g of this forward pass (a 0-dim tensor; no host read after the first training step)."""
+    def _gain(self, flat: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        """The gain g of this forward pass (a 0-dim tensor; no host read after the first training step);
+        ``keep``: (B, M) weights, 1 for a real latent, or None."""
         mode = self.config.latent_scale
         if mode == "data" and self.training:
             self._once_per_run("gain_initialized", self._init_gain, flat)
@@ -110,10 +111,9 @@ class StochasticQuantizer(Quantizer):
             return self.latent_gain
         # "batch": g = 1 / RMS of this batch's (real) latents, differentiable (like batch norm, the loss cannot
         # depend on the encoder's overall scale); evaluation uses an EMA of the batch RMS (latent_gain = 1 / it).
-        if mask is None:
+        if keep is None:
             mean_square = flat.pow(2).mean()
-        else:  # over the real latents, by weights rather than boolean indexing (which reads the host)
-            keep = mask.reshape(flat.shape[:2]).to(flat.dtype)
+        else:  # over the real latents
             mean_square = (flat.pow(2).sum(-1) * keep).sum() / (keep.sum() * flat.shape[-1]).clamp_min(1)
         rms = mean_square.sqrt().clamp_min(torch.finfo(flat.dtype).tiny)
         with torch.no_grad():
@@ -160,7 +160,9 @@ class StochasticQuantizer(Quantizer):
         self.check_input(z, mask)
         b = z.shape[0]
         flat = self.flatten(z)  # (B, M, D)
-        gain = self._gain(flat, mask)
+        # the mask as weights: products rather than boolean indexing, which reads the host
+        keep = None if mask is None else mask.reshape(flat.shape[:2]).to(flat.dtype)  # (B, M)
+        gain = self._gain(flat, keep)
         flat = flat * gain  # g z: the method's unit-scale coordinates
         logits = -squared_distances(flat, self.embedding) / (2 * self.variance)  # (B, M, K)
         indices = logits.detach().argmax(-1)  # the nearest codeword
@@ -175,8 +177,7 @@ class StochasticQuantizer(Quantizer):
             log_p = torch.log_softmax(logits, dim=-1)
             kl_discrete = (log_p.exp() * log_p).sum(-1)  # (B, M)
             kl_continuous = (flat - flat_q).pow(2).sum(-1) / (2 * self.variance)  # (B, M)
-            if mask is not None:
-                keep = mask.reshape(flat.shape[:2]).to(flat.dtype)  # a product, not an index: no host read
+            if keep is not None:
                 kl_discrete, kl_continuous = kl_discrete * keep, kl_continuous * keep
             losses["kl_discrete"] = kl_discrete.sum() / b
             losses["kl_continuous"] = kl_continuous.sum() / b
