@@ -171,7 +171,7 @@ class Quantizer(nn.Module):
         """Perplexity of this batch's usage histogram (the unmasked latents'), summed over DDP ranks when
         running distributed."""
         indices = indices.detach()
-        counts = code_histogram(indices if mask is None else indices[mask.reshape(indices.shape)], self.num_codes)
+        counts = code_histogram(indices, self.num_codes, keep=None if mask is None else mask.reshape(indices.shape))
         if is_distributed():
             dist.all_reduce(counts)
         return perplexity_from_counts(counts).float()
@@ -209,3 +209,13 @@ def fp32(fn):
 
     wrapper.__doc__, wrapper.__name__ = fn.__doc__, fn.__name__
     return wrapper
+
+
+def masked_mse(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """Mean squared error of (B, M, D) latents over the real ones (``keep`` (B, M) bool, or None for all).
+
+    The mask weights the terms rather than indexing them: ``a[keep]`` has a data-dependent size, a host read."""
+    if keep is None:
+        return F.mse_loss(a, b)
+    w = keep.to(a.dtype)
+    return ((a - b).pow(2).sum(-1) * w).sum() / (w.sum() * a.shape[-1]).clamp_min(1)

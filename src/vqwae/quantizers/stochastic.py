@@ -106,7 +106,7 @@ class StochasticQuantizer(Quantizer):
         ``keep``: (B, M) weights, 1 for a real latent, or None."""
         mode = self.config.latent_scale
         if mode == "data" and self.training:
-            self._once_per_run("gain_initialized", self._init_gain, flat)
+            self._once_per_run("gain_initialized", self._init_gain, flat, keep)
         if mode != "batch" or not self.training:
             return self.latent_gain
         # "batch": g = 1 / RMS of this batch's (real) latents, differentiable (like batch norm, the loss cannot
@@ -123,9 +123,13 @@ class StochasticQuantizer(Quantizer):
         return 1 / rms
 
     @torch.no_grad()
-    def _init_gain(self, flat: torch.Tensor) -> None:
-        """g = 1 / RMS of this (first training) batch's latents, over all ranks under DDP."""
-        stats = all_reduce_sum(torch.stack([flat.pow(2).sum(), flat.new_tensor(float(flat.numel()))]).double())
+    def _init_gain(self, flat: torch.Tensor, keep: torch.Tensor | None) -> None:
+        """g = 1 / RMS of this (first training) batch's real latents, over all ranks under DDP."""
+        if keep is None:
+            stats = torch.stack([flat.pow(2).sum(), flat.new_tensor(float(flat.numel()))])
+        else:  # padding does not set the scale
+            stats = torch.stack([(flat.pow(2).sum(-1) * keep).sum(), keep.sum() * flat.shape[-1]])
+        stats = all_reduce_sum(stats.double())
         rms = (stats[0] / stats[1]).sqrt().float()
         self.latent_gain.copy_(1.0 / rms.clamp_min(1e-12))
 

@@ -21,7 +21,8 @@ from torch import nn
 
 from vqwae.distributed import is_distributed
 from vqwae.options import check_fields, option
-from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32
+from vqwae.ot.histogram import code_histogram
+from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32, masked_mse
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,14 @@ class VectorQuantizer(Quantizer):
         return self.embedding
 
     @torch.no_grad()
-    def _ema_update(self, flat: torch.Tensor, indices: torch.Tensor) -> None:
+    def _ema_update(self, flat: torch.Tensor, indices: torch.Tensor, keep: torch.Tensor | None) -> None:
+        """Moving averages of each code's count and latent sum (the real latents', ``keep`` (B, M) bool)."""
         cfg = self.config
         x = flat.reshape(-1, self.dim)
         idx = indices.reshape(-1)
-        counts = torch.bincount(idx, minlength=self.num_codes).float()
+        counts = code_histogram(idx, self.num_codes, torch.float32, keep)  # no host read, unlike bincount
+        if keep is not None:
+            x = x * keep.reshape(-1, 1)
         sums = torch.zeros_like(self.ema_embed_sum).index_add_(0, idx, x)
         if is_distributed():
             dist.all_reduce(counts)
@@ -93,12 +97,12 @@ class VectorQuantizer(Quantizer):
         z_q = F.embedding(indices, self.embedding)
         losses = {}
         if self.training if compute_loss is None else compute_loss:
+            # the mask as weights, not an index: boolean indexing has a data-dependent size (a host read)
             keep = None if mask is None else mask.reshape(flat.shape[:2])
-            x, x_q, idx = (flat, z_q, indices) if keep is None else (flat[keep], z_q[keep], indices[keep])
             commit_w = 1.0 if cfg.legacy_beta else cfg.beta
-            losses["commitment"] = commit_w * F.mse_loss(x, x_q.detach())
+            losses["commitment"] = commit_w * masked_mse(flat, z_q.detach(), keep)
             if not cfg.ema:
-                losses["codebook"] = (cfg.beta if cfg.legacy_beta else 1.0) * F.mse_loss(x_q, x.detach())
+                losses["codebook"] = (cfg.beta if cfg.legacy_beta else 1.0) * masked_mse(z_q, flat.detach(), keep)
             elif self.training:
-                self._ema_update(x.detach(), idx)
+                self._ema_update(flat.detach(), indices, keep)
         return self._output(z, self.straight_through(flat, z_q), indices, losses, mask)
