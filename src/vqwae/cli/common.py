@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+from pathlib import Path
+from typing import Annotated
 
 import torch
 import typer
@@ -14,6 +16,12 @@ from vqwae.runs.layout import check_trained
 from vqwae.threads import cpu_threads
 
 THREADS_HELP = "CPU threads (default: env VQWAE_THREADS, else the CPUs not already busy)."
+
+# The parameters of the commands that read a trained run, declared once: ``device: Device = "auto"``.
+RunDir = Annotated[Path, typer.Argument(help="A run folder made by `vqwae train`.")]
+Device = Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")]
+Threads = Annotated[int | None, typer.Option(help=THREADS_HELP)]
+DataRoot = Annotated[str | None, typer.Option(help="Override the dataset location recorded in the run.")]
 
 
 def fail(message: str, code: int = 2) -> None:

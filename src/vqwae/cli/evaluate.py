@@ -1,12 +1,11 @@
 """``vqwae eval RUN_DIR``: reconstruction metrics, code usage and pictures (and generation FID)."""
 from __future__ import annotations
 
-from pathlib import Path
 
 
 import typer
 
-from vqwae.cli.common import THREADS_HELP, at_least, check_run, device_or_fail, fail
+from vqwae.cli.common import DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail
 from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
 from vqwae.runs.generation import run_generation_fid
@@ -18,7 +17,7 @@ TABLE_KEYS = ("mse", "psnr", "ssim", "lpips", "lpips_vgg", "rfid", "perplexity",
 
 
 def eval_command(
-    run_dir: Path = typer.Argument(..., help="A run folder made by `vqwae train`."),
+    run_dir: RunDir,
     split: str = Opt("test", help="val | test"),
     limit: int | None = Opt(None, help="Evaluate the first N images of the split."),
     batch_size: int = Opt(100),
@@ -34,9 +33,9 @@ def eval_command(
     lpips_vgg: bool = Opt(False, "--lpips-vgg/--no-lpips-vgg", help="Also compute LPIPS with the VGG16 trunk."),
     generation: bool = Opt(False, "--generation", help="Also generation FID from RUN_DIR/prior (see `vqwae prior train`)."),
     n_samples: int = Opt(1000, help="Generated images for --generation."),
-    device: str = Opt("auto"),
-    threads: int | None = Opt(None, help=THREADS_HELP),
-    data_root: str | None = Opt(None, help="Override the dataset location recorded in the run."),
+    device: Device = "auto",
+    threads: Threads = None,
+    data_root: DataRoot = None,
 ) -> None:
     """Evaluate a trained run; writes RUN_DIR/eval.json and PNGs next to it, prints a table."""
     res = 256 if resolution == "256" else resolution

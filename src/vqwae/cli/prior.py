@@ -13,8 +13,8 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import (THREADS_HELP, at_least, check_run, device_or_fail, fail, print_wall, show_progress,
-                              threads_on)
+from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail,
+                              print_wall, show_progress, threads_on)
 from vqwae.runs import layout
 from vqwae.runs.prior import generate, kind_replaced, save_samples, train_and_record_prior
 
@@ -33,7 +33,7 @@ def prior_main() -> None:
 
 @prior_app.command("train")
 def prior_train_command(
-    run_dir: Path = Arg(..., help="A run folder made by `vqwae train`."),
+    run_dir: RunDir,
     conditional: bool = Opt(False, "--conditional", help="Class-conditional prior (needs a labelled dataset)."),
     epochs: int = Opt(20, help="Epochs over the training codes (best epoch by validation NLL is kept)."),
     batch_size: int = Opt(128, help="Code grids per step (the paper: 128)."),
@@ -41,13 +41,13 @@ def prior_train_command(
     hidden: int = Opt(64, help="Channels per stack (64: 1.5M parameters with K=512; 32 is ~3x faster)."),
     layers: int = Opt(15, help="Gated layers (the paper: 15)."),
     max_steps: int | None = Opt(None, help="Stop after N optimiser steps (the epoch in progress is evaluated)."),
-    device: str = Opt("auto", help="auto | cpu | cuda | cuda:N"),
-    threads: int | None = Opt(None, help=THREADS_HELP),
+    device: Device = "auto",
+    threads: Threads = None,
     train_limit: int | None = Opt(None, help="Override the run's train limit: first N training images (-1: all)."),
     eval_limit: int | None = Opt(None, help="Override the run's eval limit: first N validation images (-1: all)."),
     out: Path | None = Opt(None, "--out", help="Prior folder (default: RUN_DIR/prior); RUN_DIR/prior_cond or "
                                                   "RUN_DIR/prior_uncond keep a second prior next to it."),
-    data_root: str | None = Opt(None, help="Override the dataset location recorded in the run."),
+    data_root: DataRoot = None,
     seed: int = Opt(0),
     refresh_codes: bool = Opt(False, "--refresh-codes", help="Re-extract the code grids even if cached."),
 ) -> None:
@@ -97,8 +97,8 @@ def sample_command(
     prior: Path | None = Opt(None, "--prior", help="Prior folder (default: RUN_DIR/prior, or RUN_DIR/prior_cond "
                                                       "when --class is given)."),
     nrow: int | None = Opt(None, help="Images per grid row (default: the classes, or ~sqrt(n))."),
-    device: str = Opt("auto", help="auto | cpu | cuda | cuda:N"),
-    threads: int | None = Opt(None, help=THREADS_HELP),
+    device: Device = "auto",
+    threads: Threads = None,
 ) -> None:
     """Sample images from the run's prior: one PNG per image and grid.png in --out."""
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import THREADS_HELP, at_least, device_or_fail, fail, threads_on
+from vqwae.cli.common import THREADS_HELP, Device, at_least, device_or_fail, fail, threads_on
 from vqwae.reproduce import reproduce
 
 Opt = typer.Option
@@ -22,7 +22,7 @@ def reproduce_command(
     data_root: str | None = Opt(None, help="Folder holding the datasets (e.g. ../shared/data)."),
     out: Path = Opt(Path("runs/reproduce"), help="Output folder: runs/, figures/, REPORT.md, REPORT.html."),
     jobs: int = Opt(1, help="Runs trained at once (each with fewer CPU threads)."),
-    device: str = Opt("auto", help="auto | cpu | cuda | cuda:N"),
+    device: Device = "auto",
     threads: int | None = Opt(None, help=THREADS_HELP + " With --jobs, per job."),
     inception_weights: str | None = Opt(None, envvar="VQWAE_INCEPTION_WEIGHTS"),
     lpips_weights: str | None = Opt(None, envvar="VQWAE_LPIPS_WEIGHTS"),

@@ -10,23 +10,23 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import THREADS_HELP, at_least, check_run, device_or_fail, fail, print_wall, threads_on
+from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail, print_wall,
+                              threads_on)
 from vqwae.runs import layout
 from vqwae.runs.studies import probe_run, tsne_run
 from vqwae.threads import library_threads
 
 Opt = typer.Option
-Arg = typer.Argument
 
 
 # ---- vqwae probe ---------------------------------------------------------------------------------------
 def probe_command(
-    run_dir: Path = Arg(..., help="A run folder made by `vqwae train`."),
+    run_dir: RunDir,
     limit: int | None = Opt(None, help="Use the first N training and first N test images (default: all)."),
     batch_size: int = Opt(256, help="Images per forward pass."),
-    device: str = Opt("auto", help="auto | cpu | cuda | cuda:N"),
-    threads: int | None = Opt(None, help=THREADS_HELP),
-    data_root: str | None = Opt(None, help="Override the dataset location recorded in the run."),
+    device: Device = "auto",
+    threads: Threads = None,
+    data_root: DataRoot = None,
 ) -> None:
     """Linear probe on the frozen quantized latents (and the continuous encoder output): test accuracy."""
 
@@ -53,15 +53,15 @@ def probe_command(
 
 # ---- vqwae tsne ----------------------------------------------------------------------------------------
 def tsne_command(
-    run_dir: Path = Arg(..., help="A run folder made by `vqwae train`."),
+    run_dir: RunDir,
     n: int = Opt(2000, "--n", help="Embed the first N test images."),
     out: Path | None = Opt(None, "--out", help="PNG path (default: RUN_DIR/tsne.png)."),
     perplexity: float = Opt(30.0, help="t-SNE perplexity (capped at (n-1)/3)."),
     seed: int = Opt(0),
     batch_size: int = Opt(256, help="Images per forward pass."),
-    device: str = Opt("auto", help="auto | cpu | cuda | cuda:N"),
-    threads: int | None = Opt(None, help=THREADS_HELP),
-    data_root: str | None = Opt(None, help="Override the dataset location recorded in the run."),
+    device: Device = "auto",
+    threads: Threads = None,
+    data_root: DataRoot = None,
 ) -> None:
     """t-SNE of the flattened quantized latents of test images, coloured by class; silhouette -> eval.json."""
 
