@@ -166,8 +166,9 @@ def lambda_spec(dataset: str, lambda_r: float, lam: float, budget: Budget) -> Ru
 # ---- the FFHQ row (Table 1's last block): VQGAN against VQ-WAE inside VQGAN --------------------------------
 # Its own dataset, whatever --datasets says. The `ffhq` preset (the paper's network, K 1024 x D 256 at 256x256)
 # at the full budget; below it a VQGAN small enough for a CPU (BENCHMARKS.md 9b's CIFAR-10 64x64 pair: f = 8, ch 32,
-# 500 steps of 16 with the adversary from step 450; about 1.5 hours per row on one loaded core). Without FFHQ, CIFAR-10 stands in at the cpu budget and the
-# embedded digits at the smoke budget (the path, not the paper's result; the report says so).
+# 500 steps of 16 with the adversary from step 450; 31 minutes of training per row, the two rows on two cores at
+# once, 2026-11-26). Without FFHQ, CIFAR-10 stands in at the cpu budget and the embedded digits at the smoke
+# budget (the path, not the paper's result; the report says so).
 FFHQ_MODELS = ("vqvae", "vqwae")
 FFHQ_STAND_IN = {"smoke": "digits", "cpu": "cifar10"}
 VQGAN_AT_BUDGET = {
