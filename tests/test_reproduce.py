@@ -78,16 +78,20 @@ def test_smoke_runs_every_experiment_and_writes_the_report(smoke):
 
 
 def test_rerun_reuses_finished_runs(smoke):
-    _, first, second, _ = smoke
+    rep, first, second, _ = smoke
     assert second.exit_code == 0, second.output
     assert re.search(r"\[reproduce\] \[1/\d+\] training", first.output)  # progress: which run of how many
     assert " training " not in second.output and " evaluating " not in second.output
+    # the report says which runs this invocation trained: none, all of them found finished (a resumed report)
+    md = (rep / "REPORT.md").read_text()
+    assert "This invocation trained none of them" in md and "by earlier invocations" in md, md[:2000]
 
 
 def test_the_report_is_rebuilt_from_the_run_records_alone(smoke):
     rep, _, _, third = smoke
     assert third.exit_code == 0, third.output + repr(third.exception)
     assert " training " not in third.output and " evaluating " not in third.output
+    assert "restored from the records in" in (rep.parent / "rebuilt" / "REPORT.md").read_text()
     records = rep.parent / "records"
     assert not list(records.rglob("*.safetensors")) and not list(records.rglob("state.pt"))  # no weights kept
     first = {k: {m: v.get(m) for m in ("mse", "perplexity", "rfid", "probe_accuracy", "gfid_uncond", "tsne_silhouette")}

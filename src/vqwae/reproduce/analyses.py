@@ -108,10 +108,7 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
         f"torch {torch.__version__}, Python {platform.python_version()}. Date {time.strftime('%Y-%m-%d')}. "
         f"Wall time of this invocation {time.perf_counter() - t0:.0f} s.",
         f"Command: `{command or ' '.join(sys.argv)}`",
-        f"Training: {len(results)} runs, {sum(r.get('train_seconds', 0.0) for r in results.values()) / 3600:.1f} "
-        f"hours in all by the runs' own clocks ({_threads_note(jobs, threads)})"
-        + (f"; records of {restored} runs, trained and evaluated by earlier invocations of this command, were "
-           f"restored from `{records}`." if restored else "."),
+        _training_note(results, jobs, threads, restored, records),
     ]
     sections.insert(0, claims_summary(sections, {"paper": "VQ-WAE as published (`paper`)",
                                                  "shipped": "VQ-WAE as shipped (defaults)"}))
@@ -141,8 +138,21 @@ def _serves(experiments, datasets, b: Budget) -> dict[RunSpec, list[str]]:
     return serves
 
 
-def _threads_note(jobs: int, threads: int | None) -> str:
-    return f"{jobs} at a time" + (f", {threads} thread(s) each" if threads else "")
+def _training_note(results: dict, jobs: int, threads: int | None, restored: int, records) -> str:
+    """Which runs this invocation trained and which it found finished (in OUT, or restored from records)."""
+    hours = sum(r.get("train_seconds", 0.0) for r in results.values()) / 3600
+    now = sum(bool(r.get("trained_now")) for r in results.values())
+    note = f"Training: {len(results)} runs, {hours:.1f} hours in all by the runs' own clocks. "
+    if now:
+        note += (f"This invocation trained or resumed {now} of them ({jobs} at a time"
+                 + (f", {threads} thread(s) each" if threads else "") + ")")
+    else:
+        note += "This invocation trained none of them"
+    found = len(results) - now
+    if found:
+        note += (f"; {found} were trained and evaluated by earlier invocations of this command (a resumed report)"
+                 + (f", {restored} of them restored from the records in `{records}`" if restored else ""))
+    return note + "."
 
 
 ABLATION_NOTE = {"paper-fast": ", run with the semidiscrete solver instead of exact OT and the codebook drawn "

@@ -77,7 +77,8 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
                threads: int | None = None, inception_weights: str | None = None, lpips_weights: str | None = None,
                level: str = "full", downstream: tuple[str, ...] = (), records: Path | None = None,
                position: str = "") -> dict:
-    """Train (or resume, or skip) and evaluate one run at ``level``; returns its eval.json plus run_dir and label.
+    """Train (or resume, or skip) and evaluate one run at ``level``; returns its eval.json plus run_dir, label,
+    train_seconds (its training's own clock) and trained_now (whether this call trained or resumed it).
     ``downstream``: eval.json keys the analyses will need (a run restored from a record without them, hence
     without the weights to compute them, is trained again); ``records``: where to save the run's record;
     ``threads``: CPU threads (None: vqwae.threads' default); ``position``: "[i/n] " for the progress lines."""
@@ -100,7 +101,8 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
                   "training it again", flush=True)
             shutil.rmtree(run_dir)
             history, result = [], {}
-    if not trained(history, opt.epochs, opt.max_steps):
+    trained_now = not trained(history, opt.epochs, opt.max_steps)
+    if trained_now:
         print(f"[reproduce] {position}training {spec.label} ({opt.max_steps or '-'} steps) -> {run_dir}", flush=True)
         train(cfg, resume=(run_dir / layout.STATE).exists(), progress=False)
         result = layout.read_eval(run_dir)
@@ -114,7 +116,7 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     if records is not None:
         run_records.save(run_dir, records)
     train_seconds = sum(m.get("seconds", 0.0) for m in layout.read_metrics(run_dir))
-    return dict(result, run_dir=str(run_dir), label=spec.label, train_seconds=train_seconds)
+    return dict(result, run_dir=str(run_dir), label=spec.label, train_seconds=train_seconds, trained_now=trained_now)
 
 
 def run_status(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, records: Path | None = None,
