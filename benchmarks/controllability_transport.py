@@ -36,6 +36,7 @@ from vqwae.data.registry import load_split
 from vqwae.models.autoencoder import VQAutoencoder
 from vqwae.ot.histogram import code_histogram, perplexity_from_counts
 from vqwae.ot.semidiscrete import assign, fit_potential
+from vqwae.reproduce.analyses import usage_against_pi
 from vqwae.runs import layout
 
 
@@ -57,11 +58,8 @@ def histograms(model: VQAutoencoder, x: torch.Tensor, potential: torch.Tensor) -
 
 
 def compare(counts: torch.Tensor, pi: np.ndarray) -> dict:
-    p = (counts / counts.sum()).numpy()
-    uniform = np.allclose(pi, pi[0])
-    return {"corr": None if uniform else float(np.corrcoef(p, pi)[0, 1]),
-            "total_variation": 0.5 * float(np.abs(p - pi).sum()),
-            "perplexity": float(perplexity_from_counts(counts))}
+    corr, tv = usage_against_pi(counts.numpy(), pi)  # the report's controllability measures
+    return {"corr": corr, "total_variation": tv, "perplexity": float(perplexity_from_counts(counts))}
 
 
 def main() -> None:

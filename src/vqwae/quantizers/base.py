@@ -211,11 +211,20 @@ def fp32(fn):
     return wrapper
 
 
-def masked_mse(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    """Mean squared error of (B, M, D) latents over the real ones (``keep`` (B, M) bool, or None for all).
+def masked_square_sum(x: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sum of x^2 over the real latents, how many elements that is) for (B, M, D) latents; ``keep``: (B, M),
+    True / 1 for a real latent, or None for all. Kept apart so that DDP can sum both before dividing.
 
-    The mask weights the terms rather than indexing them: ``a[keep]`` has a data-dependent size, a host read."""
+    The mask weights the terms rather than indexing them: ``x[keep]`` has a data-dependent size, a host read."""
+    if keep is None:
+        return x.pow(2).sum(), x.new_tensor(float(x.numel()))
+    w = keep.to(x.dtype)
+    return (x.pow(2).sum(-1) * w).sum(), w.sum() * x.shape[-1]
+
+
+def masked_mse(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """Mean squared error of (B, M, D) latents over the real ones (``keep`` as in :func:`masked_square_sum`)."""
     if keep is None:
         return F.mse_loss(a, b)
-    w = keep.to(a.dtype)
-    return ((a - b).pow(2).sum(-1) * w).sum() / (w.sum() * a.shape[-1]).clamp_min(1)
+    total, count = masked_square_sum(a - b, keep)
+    return total / count.clamp_min(1)

@@ -38,7 +38,7 @@ from torch import nn
 from vqwae.distributed import all_reduce_sum
 from vqwae.ot.cost import squared_distances
 from vqwae.options import check_fields, option
-from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32
+from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32, masked_square_sum
 
 
 # latent_scale="batch": the decay of the EMA of the batch RMS that evaluation uses (batch norm's momentum 0.1; a
@@ -114,7 +114,8 @@ class StochasticQuantizer(Quantizer):
         if keep is None:
             mean_square = flat.pow(2).mean()
         else:  # over the real latents
-            mean_square = (flat.pow(2).sum(-1) * keep).sum() / (keep.sum() * flat.shape[-1]).clamp_min(1)
+            total, count = masked_square_sum(flat, keep)
+            mean_square = total / count.clamp_min(1)
         rms = mean_square.sqrt().clamp_min(torch.finfo(flat.dtype).tiny)
         with torch.no_grad():
             running = torch.lerp(1 / self.latent_gain, rms, 1 - SCALE_DECAY)
@@ -125,11 +126,7 @@ class StochasticQuantizer(Quantizer):
     @torch.no_grad()
     def _init_gain(self, flat: torch.Tensor, keep: torch.Tensor | None) -> None:
         """g = 1 / RMS of this (first training) batch's real latents, over all ranks under DDP."""
-        if keep is None:
-            stats = torch.stack([flat.pow(2).sum(), flat.new_tensor(float(flat.numel()))])
-        else:  # padding does not set the scale
-            stats = torch.stack([(flat.pow(2).sum(-1) * keep).sum(), keep.sum() * flat.shape[-1]])
-        stats = all_reduce_sum(stats.double())
+        stats = all_reduce_sum(torch.stack(masked_square_sum(flat, keep)).double())  # padding does not set the scale
         rms = (stats[0] / stats[1]).sqrt().float()
         self.latent_gain.copy_(1.0 / rms.clamp_min(1e-12))
 

@@ -113,7 +113,9 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     sections.insert(0, claims_summary(sections, {"paper": "VQ-WAE as published (`paper`)",
                                                  "shipped": "VQ-WAE as shipped (defaults)"}))
     md, _ = write_report(out, "VQ-WAE reproduction report", preamble, sections)
-    (out / "results.json").write_text(json.dumps({s.label: r for s, r in results.items()}, indent=2, default=str))
+    # each run's results; trained_now describes this invocation, not the run
+    runs = {s.label: {k: v for k, v in r.items() if k != "trained_now"} for s, r in results.items()}
+    (out / "results.json").write_text(json.dumps(runs, indent=2, default=str))
     return md
 
 
@@ -367,6 +369,14 @@ def _ablation(b: Budget) -> str:
                                                                if b.ablation_preset == "paper-fast" else "")
 
 
+def usage_against_pi(usage: np.ndarray, pi: np.ndarray) -> tuple[float | None, float]:
+    """(correlation, total variation) of a code-usage histogram (counts) with pi; no correlation for a uniform
+    pi, where it is undefined."""
+    p = usage / max(usage.sum(), 1)
+    corr = None if np.allclose(pi, pi[0]) else float(np.corrcoef(p, pi)[0, 1])
+    return corr, 0.5 * float(np.abs(p - pi).sum())
+
+
 def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
 
     rows, claims = [], []
@@ -374,10 +384,7 @@ def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
         for init in PI_INITS:
             s = pi_spec(d, "fixed", init, b)
             usage = _usage(results, s)
-            p = usage / max(usage.sum(), 1)
-            pi = initial_pi(init, 1, len(p))[0].numpy()
-            corr = float(np.corrcoef(p, pi)[0, 1]) if init != "uniform" else None
-            tv = 0.5 * float(np.abs(p - pi).sum())
+            corr, tv = usage_against_pi(usage, initial_pi(init, 1, len(usage))[0].numpy())
             rows.append([d, init, fmt(corr), fmt(tv), fmt(_get(results, s, "perplexity"))])
             if corr is not None:
                 claims.append(Claim(f"{d}: with a fixed {init} pi the code usage follows pi (correlation >= 0.9)",
