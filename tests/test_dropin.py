@@ -241,6 +241,47 @@ def _ddp_sequence_worker(rank, world, port, path):
     dist.destroy_process_group()
 
 
+def _ddp_padding_only_worker(rank, world, port, path):
+    import torch.distributed as dist
+
+    from vqwae.quantizers import WassersteinQuantizer
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True).train()
+    torch.manual_seed(10 + rank)
+    states = []
+    for step in range(4):
+        x = torch.randn(3, 8, 8)
+        mask = torch.ones(3, 8, dtype=torch.bool)
+        if step >= 1 and rank == 1:  # from step 1 on rank 1 holds only padding
+            mask[:] = False
+        if step == 3:  # and at step 3 so does rank 0: nothing anywhere, nothing may move
+            mask[:] = False
+            before = {k: v.clone() for k, v in q.state_dict().items()}
+        out = q(x, mask)
+        out.loss.backward()
+        assert torch.isfinite(out.loss)
+    assert all(torch.equal(v, before[k]) for k, v in q.state_dict().items())
+    torch.save({k: v.clone() for k, v in q.state_dict().items()}, f"{path}/pad{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_ddp_rank_with_only_padding_keeps_every_buffer_identical(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_padding_only_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    a, b = (torch.load(tmp_path / f"pad{r}.pt") for r in range(2))
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+        assert torch.isfinite(a[key].float()).all(), key
+
+
 def test_ddp_on_padded_sequences_keeps_every_buffer_identical(tmp_path):
     import socket
 

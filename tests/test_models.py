@@ -41,3 +41,20 @@ def test_corrupt_and_missing_files_name_the_file(tmp_path):
         VQAutoencoder.from_pretrained(tmp_path)
     with pytest.raises(FileNotFoundError, match="model_config.json"):
         VQAutoencoder.from_pretrained(tmp_path / "nowhere")
+
+
+def test_a_loaded_model_is_in_eval_mode_and_running_it_changes_nothing(tmp_path):
+    m = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", num_codes=32)
+    m.train()
+    m(torch.rand(4, 1, 32, 32))  # some training state
+    m.save_pretrained(tmp_path)
+    r = VQAutoencoder.from_pretrained(tmp_path)
+    assert not r.training and not any(mod.training for mod in r.modules())
+    before = {k: v.clone() for k, v in r.state_dict().items()}
+    with torch.no_grad():
+        first = r(torch.rand(4, 1, 32, 32))[0]
+    x = torch.rand(3, 1, 32, 32)
+    with torch.no_grad():
+        a, b = r(x)[0], r(x)[0]
+    assert torch.equal(a, b) and first.shape == (4, 1, 32, 32)
+    assert all(torch.equal(v, before[k]) for k, v in r.state_dict().items())

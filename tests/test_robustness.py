@@ -310,3 +310,38 @@ def test_a_held_folder_stops_every_torchrun_rank(run, tmp_path):
     after = checksums(run)
     after.pop(layout.LOCK, None), before.pop(layout.LOCK, None)
     assert after == before
+
+
+# ---- a batch of padding only (routine in sequence training and under DDP) changes nothing --------------------
+def _quantizers_with_masks():
+    from vqwae.quantizers import ResidualQuantizer, StochasticQuantizer, VectorQuantizer
+
+    shape = dict(num_codes=16, dim=8, channel_last=True)
+    cases = {f"wasserstein {s}": lambda s=s: WassersteinQuantizer(solver=s, **shape)
+             for s in ("semidiscrete", "exact", "sinkhorn", "dual")}
+    cases["wasserstein, N(0, 1) start, gradient codebook"] = lambda: WassersteinQuantizer(
+        codebook_init="normal", codebook_update="gradient", **shape)
+    cases["vector"] = lambda: VectorQuantizer(**shape)
+    cases["vector ema"] = lambda: VectorQuantizer(ema=True, **shape)
+    cases.update({f"stochastic {m}": lambda m=m: StochasticQuantizer(latent_scale=m, **shape)
+                  for m in ("batch", "data", "none")})
+    cases["residual"] = lambda: ResidualQuantizer(lambda: WassersteinQuantizer(**shape), 2)
+    return cases
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh", "trained"])
+@pytest.mark.parametrize("name", list(_quantizers_with_masks()))
+def test_a_padding_only_batch_changes_no_buffer_and_no_later_step(name, fresh):
+    torch.manual_seed(0)
+    q = _quantizers_with_masks()[name]().train()
+    x = torch.randn(4, 10, 8, requires_grad=True)
+    if not fresh:
+        q(x).loss.backward()
+    before = {k: v.clone() for k, v in q.state_dict().items()}
+    out = q(x, torch.zeros(4, 10, dtype=torch.bool))
+    out.loss.backward()
+    assert float(out.loss) == 0.0 and torch.isfinite(out.quantized).all()
+    assert torch.isfinite(x.grad).all()
+    assert [k for k, v in q.state_dict().items() if not torch.equal(v, before[k])] == []
+    later = q(torch.randn(4, 10, 8))  # the next batch with real latents trains normally
+    assert torch.isfinite(later.loss) and all(torch.isfinite(v).all() for v in q.state_dict().values())

@@ -55,7 +55,8 @@ class PretrainedMixin:
 
     @classmethod
     def from_pretrained(cls, source: str | os.PathLike, map_location: str | torch.device = "cpu"):
-        """A model from a folder written by ``save_pretrained`` (or a Hub repo id "user/repo")."""
+        """A model from a folder written by ``save_pretrained`` (or a Hub repo id "user/repo"), in eval mode: running
+        it never changes it (in training mode a quantizer's forward moves its codebook and its solver's state)."""
         d = _resolve(source, cls.config_name)
         cfg_path, w_path = d / cls.config_name, d / WEIGHTS_NAME
         for p in (cfg_path, w_path):
@@ -78,7 +79,7 @@ class PretrainedMixin:
             raise ValueError(f"{w_path} does not fit {cfg_path} ({len(mismatches)} tensor(s) of another shape): "
                              f"{mismatches[0] if mismatches else e}") from None
         model._check_loaded(list(missing), list(unexpected), w_path)
-        return model.to(map_location)
+        return model.to(map_location).eval()
 
 
 def _resolve(source: str | os.PathLike, config_name: str) -> Path:

@@ -31,6 +31,7 @@ no exponentials, no plan, no (G, N, K) tensor kept for the backward.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from vqwae.ot.histogram import code_histogram
 from vqwae.ot.transport import Solver, Transport, latents_by_group
@@ -77,7 +78,7 @@ def assign(
         dist = torch.addmm(c2, x.reshape(-1, d), ct, alpha=-2.0).view(b, g, k)
         vals, nearest = dist.min(-1)
         assigned = dist.sub_(potential).argmin(-1) if potential is not None else None
-        quant_err = (vals.sum() + x.pow(2).sum()) / (b * g)
+        quant_err = (vals.sum() + x.pow(2).sum()) / max(b * g, 1)  # 0 for no latents (a padding-only batch)
         return nearest, assigned, quant_err.clamp_min(0.0)
     nearest = torch.empty(b, g, dtype=torch.long, device=x.device)
     assigned = torch.empty(b, g, dtype=torch.long, device=x.device) if potential is not None else None
@@ -91,7 +92,7 @@ def assign(
         min_sum = min_sum + vals.sum()
         if potential is not None:
             assigned[start : start + rows] = (dist.sub_(potential)).argmin(-1)
-    quant_err = (min_sum + x.pow(2).sum()) / (b * g)
+    quant_err = (min_sum + x.pow(2).sum()) / max(b * g, 1)
     return nearest, assigned, quant_err.clamp_min(0.0)
 
 
@@ -107,13 +108,13 @@ def semi_dual_value(
     potential = potential.detach().clone()  # a snapshot: the caller may step g in place before the backward
     sq = (x - torch.nn.functional.embedding(assigned, codebook)).pow(2).sum(-1)  # (B, G); embedding: fast backward
     g_at = potential.gather(1, assigned.t()).t()  # (B, G): g_{a_i} of each latent's own group
-    return (sq - g_at).sum() / b + (log_pi.exp() * potential).sum()
+    return (sq - g_at).sum() / max(b, 1) + (log_pi.exp() * potential).sum()
 
 
 def assignment_mass(assigned: torch.Tensor, groups: int, num_codes: int, dtype=torch.float32) -> torch.Tensor:
     """(G, K) fraction of each group's latents assigned to each code, for assignments (N, G)."""
     flat = assigned + torch.arange(groups, device=assigned.device) * num_codes  # group-major code ids
-    return code_histogram(flat, groups * num_codes, dtype).view(groups, num_codes) / assigned.shape[0]
+    return code_histogram(flat, groups * num_codes, dtype).view(groups, num_codes) / max(assigned.shape[0], 1)
 
 
 @torch.no_grad()
@@ -203,22 +204,33 @@ class SemiDiscreteSolver(Solver):
         mass = None
         if update:
             mass = assignment_mass(assigned, assigned.shape[1], self.num_codes)  # (G, K), this rank's
-            self._ascend(mass, quant_err, log_pi.detach().exp())
+            self._ascend(mass, quant_err, log_pi.detach().exp(), count=assigned.shape[0])
         return Transport(value=value, x=xg.detach(), assigned=assigned, mass=mass)
 
     @torch.no_grad()
-    def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor) -> None:
-        """One stochastic ascent step on the (normalised) potential, and the EMA of the cost scale. Under DDP
-        with per-rank batches the mass and the scale are averaged over ranks (one small all-reduce)."""
+    def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor, count: int) -> None:
+        """One stochastic ascent step on the (normalised) potential, and the EMA of the cost scale, from this
+        step's ``count`` latents per group. Under DDP with per-rank batches the mass and the scale are averaged
+        over ranks weighted by their latents (one small all-reduce), so a rank holding only padding takes part
+        without moving anything; a step with no latents anywhere changes nothing."""
         err = quant_err.detach().reshape(()).to(pi.dtype)
         g, k = mass.shape
+        step: torch.Tensor | float = self.potential_lr
+        live = None
         if self.per_rank_batches():
-            packed = self.all_reduce_mean(torch.cat([mass.reshape(-1), err.reshape(1)]))
-            mass, err = packed[:-1].view(g, k), packed[-1]
-        ascend_potential(self.potential, None, pi, self.potential_lr, self.pooling, mass=mass)
+            n = mass.new_full((1,), float(count))
+            total = torch.cat([mass.reshape(-1) * n, err.reshape(1) * n, n])
+            dist.all_reduce(total)
+            n = total[-1].clamp_min(1.0)
+            mass, err, live = (total[:-2] / n).view(g, k), total[-2] / n, total[-1] > 0
+            step = torch.where(live, step, 0.0)
+        elif count == 0:  # a host-known size: nothing to learn from
+            return
+        ascend_potential(self.potential, None, pi, step, self.pooling, mass=mass)
         # First step: the scale starts at this batch's error (no sync: torch.where on device).
         ema = self.scale * self.scale_decay + err * (1 - self.scale_decay)
-        self.scale.copy_(torch.where(self.scale > 0, ema, err))
+        scale = torch.where(self.scale > 0, ema, err)
+        self.scale.copy_(scale if live is None else torch.where(live, scale, self.scale))
 
     @torch.no_grad()
     def reset(self) -> None:

@@ -207,8 +207,3 @@ class GatedPixelCNN(PretrainedMixin, nn.Module):
         if config.get("model_type", MODEL_TYPE) != MODEL_TYPE:
             raise ValueError(f"the config describes a {config.get('model_type')!r}, not a {MODEL_TYPE!r}")
         return cls(PixelCNNConfig.from_dict(config))
-
-    @classmethod
-    def from_pretrained(cls, source, map_location: str | torch.device = "cpu") -> "GatedPixelCNN":
-        """The prior in ``source`` (a folder written by ``save_pretrained``), in eval mode."""
-        return super().from_pretrained(source, map_location=map_location).eval()

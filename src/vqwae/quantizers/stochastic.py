@@ -113,22 +113,31 @@ class StochasticQuantizer(Quantizer):
         # depend on the encoder's overall scale); evaluation uses an EMA of the batch RMS (latent_gain = 1 / it).
         if keep is None:
             mean_square = flat.pow(2).mean()
-        else:  # over the real latents
+        else:  # over the real latents; a batch of padding only takes the running gain and leaves it alone
             total, count = masked_square_sum(flat, keep)
-            mean_square = total / count.clamp_min(1)
+            live = count > 0  # a tensor: no host read
+            mean_square = torch.where(live, total / count.clamp_min(1), self.latent_gain.detach() ** -2)
         rms = mean_square.sqrt().clamp_min(torch.finfo(flat.dtype).tiny)
         with torch.no_grad():
             running = torch.lerp(1 / self.latent_gain, rms, 1 - SCALE_DECAY)
-            self.latent_gain.copy_(1 / torch.where(self.gain_initialized, running, rms))
-            self.gain_initialized.fill_(True)
+            gain = 1 / torch.where(self.gain_initialized, running, rms)
+            if keep is None:
+                self.latent_gain.copy_(gain)
+                self.gain_initialized.fill_(True)
+            else:
+                self.latent_gain.copy_(torch.where(live, gain, self.latent_gain))
+                self.gain_initialized.logical_or_(live)
         return 1 / rms
 
     @torch.no_grad()
     def _init_gain(self, flat: torch.Tensor, keep: torch.Tensor | None) -> None:
         """g = 1 / RMS of this (first training) batch's real latents, over all ranks under DDP."""
         stats = all_reduce_sum(torch.stack(masked_square_sum(flat, keep)).double())  # padding does not set the scale
+        if float(stats[1]) == 0:  # only padding so far (a host read, on the first steps only): wait for latents
+            return False
         rms = (stats[0] / stats[1]).sqrt().float()
         self.latent_gain.copy_(1.0 / rms.clamp_min(1e-12))
+        return True
 
     @property
     def codebook(self) -> torch.Tensor:
@@ -170,7 +179,7 @@ class StochasticQuantizer(Quantizer):
         if self.training:
             soft = F.gumbel_softmax(logits, tau=self._temperature(), hard=False)
             flat_q = soft @ self.embedding  # (B, M, D): the soft mixture
-            self.step += 1
+            self.step += 1 if keep is None else (keep.sum() > 0).long()  # a padding-only batch is not a step
         else:
             flat_q = F.embedding(indices, self.embedding)
         losses = {}

@@ -79,11 +79,17 @@ class VectorQuantizer(Quantizer):
         if is_distributed():
             dist.all_reduce(counts)
             dist.all_reduce(sums)
+        old = None if keep is None else (self.ema_cluster_size.clone(), self.ema_embed_sum.clone(),
+                                         self.embedding.clone())
         self.ema_cluster_size.mul_(cfg.decay).add_(counts, alpha=1 - cfg.decay)
         self.ema_embed_sum.mul_(cfg.decay).add_(sums, alpha=1 - cfg.decay)
         n = self.ema_cluster_size.sum()
         smoothed = (self.ema_cluster_size + cfg.ema_epsilon) / (n + self.num_codes * cfg.ema_epsilon) * n
         self.embedding.copy_(self.ema_embed_sum / smoothed.unsqueeze(1))
+        if old is not None:  # a batch of padding only (on every rank) moves nothing (a select: no host read)
+            live = counts.sum() > 0
+            for buffer, previous in zip((self.ema_cluster_size, self.ema_embed_sum, self.embedding), old):
+                buffer.copy_(torch.where(live, buffer, previous))
 
     @fp32
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *,

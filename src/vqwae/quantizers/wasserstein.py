@@ -292,8 +292,13 @@ class WassersteinQuantizer(Quantizer):
             packed = torch.cat([mass[:, None], sums], dim=1)  # one all-reduce: every rank keeps the same codebook
             dist.all_reduce(packed)
             mass, sums = packed[:, 0], packed[:, 1:]
-        self.transport_mass.mul_(decay).add_(mass, alpha=1 - decay)
-        self.transport_sum.mul_(decay).add_(sums, alpha=1 - decay)
+            # A rank may hold only padding; when every rank does, the EMAs must not decay (no host read).
+            decay = torch.where(mass.sum() > 0, decay, 1.0)
+            self.transport_mass.mul_(decay).add_(mass * (1 - decay))
+            self.transport_sum.mul_(decay).add_(sums * (1 - decay))
+        else:  # a batch without latents never gets here (_padding_only)
+            self.transport_mass.mul_(decay).add_(mass, alpha=1 - decay)
+            self.transport_sum.mul_(decay).add_(sums, alpha=1 - decay)
         seen = self.transport_mass > 0  # a code the plan never reached keeps its place
         centroid = self.transport_sum / self.transport_mass.clamp_min(torch.finfo(x.dtype).tiny).unsqueeze(1)
         self.embedding.copy_(torch.where(seen.unsqueeze(1), centroid, self.embedding))
@@ -327,6 +332,20 @@ class WassersteinQuantizer(Quantizer):
             self.transport_sum.zero_()
         return start + count >= k
 
+    def _padding_only(self, z, flat, mask, compute_loss) -> QuantizerOutput:
+        """A batch with no real latent (all padding): quantized, and a step that changes nothing: no codebook
+        draw, no solver step, no codebook update, and zero loss terms (kept in the graph, so that every
+        parameter still receives a gradient, of zero, as DDP expects). Under DDP with per-rank batches the
+        rank takes part in the solver's all-reduces instead, with no latents (``SemiDiscreteSolver._ascend``)."""
+        indices = self.nearest(flat)
+        losses = {}
+        if self.training if compute_loss is None else compute_loss:
+            losses["ws"] = 0.0 * (flat.sum() + self.embedding.sum())
+            if self.config.learn_pi and self.kl_weight:
+                losses["kl"] = 0.0 * self.kl_to_uniform()
+        return self._output(z, self.straight_through(flat, F.embedding(indices, self.embedding)), indices, losses,
+                            mask)
+
     def kl_to_uniform(self) -> torch.Tensor:
         """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean")."""
         log_pi = self.log_pi()
@@ -355,6 +374,8 @@ class WassersteinQuantizer(Quantizer):
             keep = mask.reshape(b, -1)
             ot_flat = flat[keep].unsqueeze(1)  # (N, 1, D): the real latents, in order, as one shared-pi batch
             per_sample = keep.sum() / b  # positions per sample, on average (a tensor: no host read)
+            if ot_flat.shape[0] == 0 and not self.solver.per_rank_batches():
+                return self._padding_only(z, flat, mask, compute_loss)
         else:
             ot_flat, per_sample = flat, None
         if self.training and self.config.codebook_init == "data":

@@ -1,0 +1,100 @@
+"""The controllability toy of issue #35: does nearest-code usage follow a fixed pi when everything learns?
+
+8-D data from a mixture of 6 Gaussians; an MLP encoder (8 -> 64 -> 64 -> 8), the quantizer (K = 16 codes, one
+position, options as given), an MLP decoder; encoder, decoder and quantizer learn together for 1,500 steps of
+256 samples with Adam 3e-3 and the MSE. Then, on 10,000 fresh samples: the usage of the nearest code (what the
+decoder receives) against pi: Pearson correlation and total variation for a fixed peaked and a fixed gaussian
+pi, and the perplexity of the usage for a learned pi that starts uniform. Seconds per run on one CPU core.
+
+    .venv/bin/python benchmarks/controllability_toy.py                                 # the shipped defaults
+    .venv/bin/python benchmarks/controllability_toy.py --set follow_scale=false        # one option changed
+
+Prints one row per pi form (the mean, then each seed) and writes benchmarks/results/controllability_toy[_TAG].json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_comparison import parse_settings  # noqa: E402
+
+from vqwae.quantizers import WassersteinQuantizer  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+K, DIM = 16, 8
+
+
+def mixture(n: int, gen: torch.Generator) -> torch.Tensor:
+    """n samples of the fixed 6-component mixture (its means drawn once from seed 0)."""
+    means = torch.randn(6, DIM, generator=torch.Generator().manual_seed(0)) * 2.0
+    comp = torch.randint(0, 6, (n,), generator=gen)
+    return means[comp] + 0.5 * torch.randn(n, DIM, generator=gen)
+
+
+def mlp(i: int, o: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(i, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, o))
+
+
+def run(pi_form: str, seed: int, steps: int, options: dict) -> dict:
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    enc, dec = mlp(DIM, DIM), mlp(DIM, DIM)
+    fixed = pi_form != "uniform (learned)"
+    q = WassersteinQuantizer(num_codes=K, dim=DIM, channel_last=True, learn_pi=not fixed,
+                             pi_init=pi_form if fixed else "uniform", **options)
+    params = [p for m in (enc, dec, q) for p in m.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=3e-3)
+    for _ in range(steps):
+        x = mixture(256, gen)
+        out = q(enc(x)[:, None])  # (B, 1, D): one position
+        loss = nn.functional.mse_loss(dec(out.quantized[:, 0]), x) + out.loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    q.eval()
+    with torch.no_grad():
+        x = mixture(10_000, gen)
+        idx = q(enc(x)[:, None]).indices.reshape(-1)
+        mse = float(nn.functional.mse_loss(dec(q.indices_to_latents(idx[:, None])[:, 0]), x))
+    usage = torch.bincount(idx, minlength=K).double() / len(idx)
+    pi = q.pi[0].double()
+    row = dict(tv=float(0.5 * (usage - pi).abs().sum()), mse=mse,
+               perplexity=float(torch.exp(-(usage * usage.clamp_min(1e-30).log()).sum())))
+    if fixed:
+        row["corr"] = float(torch.corrcoef(torch.stack([usage, pi]))[0, 1])
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--set", default="", metavar="KEY=VALUE,...", help="WassersteinQuantizer options to change")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    options = parse_settings(args.set)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    results = {}
+    print(f"options: {options or 'the defaults'}\n\n| pi | measure | mean | per seed |\n| --- | --- | --- | --- |")
+    for form in ("peaked", "gaussian", "uniform (learned)"):
+        rows = [run(form, s, args.steps, options) for s in seeds]
+        results[form] = rows
+        for key in (("corr", "tv", "mse") if form != "uniform (learned)" else ("perplexity", "tv", "mse")):
+            values = [r[key] for r in rows]
+            print(f"| {form} | {key} | {statistics.mean(values):.3f} | {' / '.join(f'{v:.3f}' for v in values)} |",
+                  flush=True)
+    out = HERE / "results" / ("controllability_toy" + (f"_{args.tag}" if args.tag else "") + ".json")
+    out.write_text(json.dumps(dict(options=options, steps=args.steps, seeds=seeds, results=results), indent=1))
+    print(f"-> {out}")
+
+
+if __name__ == "__main__":
+    main()

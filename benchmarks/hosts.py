@@ -1,0 +1,466 @@
+"""The host zoo: vqwae's quantizers against vector-quantize-pytorch inside host networks the defaults were not
+tuned in (issue #34), at equal steps, on the same batches.
+
+A default is a promise to networks we have never seen, so every quantizer is dropped, as a user would drop it,
+into each of these hosts (all take 32x32 images, batch 32, Adam 1e-3):
+
+* ``paper``: the paper's 32x32 network as vqwae ships it (N(0, 0.02) convolutions, latent 64 x 8 x 8);
+* ``default-init``: the same layers with PyTorch's default initialisation (its latents start ~100x larger);
+* ``groupnorm``: a GroupNorm / SiLU ResNet autoencoder (VQGAN-style blocks) with a narrow latent, 16 x 8 x 8;
+* ``sequence``: a transformer over the image's 64 patches of 4x4 pixels, channel-last tokens (B, 64, 32),
+  each row a random number (16-64) of real tokens and the rest padding (a mask; the loss is over real patches);
+* ``residual``: ``default-init`` with 4 residual levels of 256 codes (``ResidualQuantizer`` against ``ResidualVQ``).
+
+Every host hands the quantizer channel-last tokens (B, N, D) (an image's 8 x 8 positions in raster order) and a
+mask where it has padding, so one adapter serves every quantizer in every host. Every model of a run starts from
+the same host weights and sees the same batches, interleaved (load hits them alike); each draws its own random
+numbers (``OwnRandomness``). Every ``--eval-every`` steps: test MSE (over real patches), test perplexity and codes
+used (one histogram over all real test latents; the residual host: each level's, and their minimum), and for
+VQ-WAE the transport diagnostics of ``transport_diagnostics`` (goal 3 of issue #34).
+
+    pip install -e ".[bench]"     # vector-quantize-pytorch 1.32.0, pinned: a benchmark-only dependency
+    .venv/bin/python benchmarks/hosts.py --host default-init --dataset cifar10 --steps 3000 --seed 0
+    .venv/bin/python benchmarks/hosts.py --host sequence --dataset mnist --steps 3000 --seed 1
+    .venv/bin/python benchmarks/hosts.py --host default-init --dataset cifar10 --num-codes 8192 --steps 3000
+
+Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_<tag>].json and a PNG of the curves.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peer_comparison import FSQ_LEVELS, OwnRandomness, parse_settings, training_batches  # noqa: E402
+
+from vqwae.data import load_splits  # noqa: E402
+from vqwae.metrics.usage import CodeUsage  # noqa: E402
+from vqwae.models import NetworkConfig  # noqa: E402
+from vqwae.models.networks import build_networks  # noqa: E402
+from vqwae.ot.semidiscrete import semi_dual_value  # noqa: E402
+from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SIDE, PATCH = 32, 4  # images are 32x32; the sequence host's tokens are 4x4 patches
+TOKENS = (SIDE // PATCH) ** 2  # 64 = the image hosts' 8 x 8 positions
+
+
+# ---------------------------------------------------------------------------------------------------- hosts
+def _default_init(module: nn.Module) -> nn.Module:
+    """PyTorch's own initialisation for every layer that has one (undoes vqwae's N(0, 0.02))."""
+    for m in module.modules():
+        if m is not module and hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+    return module
+
+
+class ImageHost(nn.Module):
+    """encoder (B, C, 32, 32) -> (B, D, 8, 8) -> tokens (B, 64, D) -> quantizer -> decoder."""
+
+    def __init__(self, encoder: nn.Module, decoder: nn.Module, dim: int):
+        super().__init__()
+        self.encoder, self.decoder, self.dim = encoder, decoder, dim
+
+    def encode(self, x):
+        z = self.encoder(x)
+        return z.flatten(2).transpose(1, 2), None  # (B, 64, D), no padding
+
+    def decode(self, q, x):
+        b, n, d = q.shape
+        side = math.isqrt(n)
+        return self.decoder(q.transpose(1, 2).reshape(b, d, side, side))
+
+    def sq_error(self, x_hat, x, mask):  # (sum of squared errors, number of values)
+        return ((x_hat.clamp(0, 1) - x) ** 2).sum(), x.numel()
+
+
+class GNBlock(nn.Module):
+    """x + conv(SiLU(GN(conv(SiLU(GN(x)))))), the VQGAN / diffusion ResNet block."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.f = nn.Sequential(nn.GroupNorm(8, c), nn.SiLU(), nn.Conv2d(c, c, 3, padding=1),
+                               nn.GroupNorm(8, c), nn.SiLU(), nn.Conv2d(c, c, 3, padding=1))
+
+    def forward(self, x):
+        return x + self.f(x)
+
+
+def groupnorm_host(channels: int, dim: int = 16, width: int = 64) -> ImageHost:
+    enc = nn.Sequential(nn.Conv2d(channels, width // 2, 3, padding=1), GNBlock(width // 2),
+                        nn.Conv2d(width // 2, width, 4, stride=2, padding=1), GNBlock(width),
+                        nn.Conv2d(width, width, 4, stride=2, padding=1), GNBlock(width),
+                        nn.GroupNorm(8, width), nn.SiLU(), nn.Conv2d(width, dim, 1))
+    dec = nn.Sequential(nn.Conv2d(dim, width, 3, padding=1), GNBlock(width),
+                        nn.ConvTranspose2d(width, width, 4, stride=2, padding=1), GNBlock(width),
+                        nn.ConvTranspose2d(width, width // 2, 4, stride=2, padding=1), GNBlock(width // 2),
+                        nn.GroupNorm(8, width // 2), nn.SiLU(), nn.Conv2d(width // 2, channels, 3, padding=1))
+    return ImageHost(enc, dec, dim)
+
+
+class SequenceHost(nn.Module):
+    """A transformer autoencoder over 4x4 patches: (B, C, 32, 32) -> 64 tokens, of which the first L (16 <= L <= 64,
+    drawn per row) are real and the rest padding; tokens (B, 64, D) with a mask (B, 64) go to the quantizer.
+    The padding tokens are zeroed before the encoder and never attended to, and the loss covers real patches."""
+
+    def __init__(self, channels: int, dim: int = 32, width: int = 128, layers: int = 2):
+        super().__init__()
+        self.dim, self.patch_values = dim, channels * PATCH * PATCH
+        self.embed = nn.Linear(self.patch_values, width)
+        self.pos_in = nn.Parameter(torch.randn(TOKENS, width) * 0.02)
+        self.pos_out = nn.Parameter(torch.randn(TOKENS, width) * 0.02)
+
+        def trunk():
+            layer = nn.TransformerEncoderLayer(width, 4, 2 * width, dropout=0.0, batch_first=True, norm_first=True)
+            return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+        self.enc, self.dec = trunk(), trunk()
+        self.to_latent, self.from_latent = nn.Linear(width, dim), nn.Linear(dim, width)
+        self.to_patch = nn.Linear(width, self.patch_values)
+        self.lengths = None  # set per batch by ``lengths_for``
+
+    @staticmethod
+    def patches(x):  # (B, C, 32, 32) -> (B, 64, C*16)
+        return F.unfold(x, PATCH, stride=PATCH).transpose(1, 2)
+
+    def encode(self, x, mask):
+        p = self.patches(x) * mask.unsqueeze(-1)
+        h = self.enc(self.embed(p) + self.pos_in, src_key_padding_mask=~mask)
+        return self.to_latent(h), mask
+
+    def decode(self, q, x, mask):
+        h = self.dec(self.from_latent(q) + self.pos_out, src_key_padding_mask=~mask)
+        return self.to_patch(h)  # (B, 64, C*16) patches
+
+    def sq_error(self, p_hat, x, mask):
+        keep = mask.unsqueeze(-1).to(p_hat.dtype)
+        return (((p_hat.clamp(0, 1) - self.patches(x)) ** 2) * keep).sum(), keep.sum() * self.patch_values
+
+
+def random_mask(batch: int, generator: torch.Generator) -> torch.Tensor:
+    """(B, 64) bool: row b keeps its first L_b tokens, L_b uniform in 16..64."""
+    lengths = torch.randint(16, TOKENS + 1, (batch, 1), generator=generator)
+    return torch.arange(TOKENS) < lengths
+
+
+def build_host(host: str, channels: int) -> nn.Module:
+    if host in ("paper", "default-init", "residual"):
+        enc, dec = build_networks(NetworkConfig(in_channels=channels))  # N(0, 0.02), as vqwae ships it
+        if host != "paper":
+            enc, dec = _default_init(enc), _default_init(dec)
+        return ImageHost(enc, dec, 64)
+    if host == "groupnorm":
+        return groupnorm_host(channels)
+    if host == "sequence":
+        return SequenceHost(channels)
+    raise SystemExit(f"error: unknown host {host!r}; known: {', '.join(HOSTS)}")
+
+
+HOSTS = ("paper", "default-init", "groupnorm", "sequence", "residual")
+
+
+# ---------------------------------------------------------------------------------------------- quantizers
+class Peer(nn.Module):
+    """A vector-quantize-pytorch quantizer on channel-last tokens (B, N, D) with an optional mask, returning
+    (quantized, indices, loss). The versions are pinned in pyproject.toml's ``bench`` extra."""
+
+    def __init__(self, kind: str, num_codes: int, dim: int, levels: int = 4, **overrides):
+        super().__init__()
+        import vector_quantize_pytorch as vqp
+
+        self.kind, self.num_codes = kind, num_codes
+        vq = dict(dim=dim, codebook_size=num_codes, decay=0.99, kmeans_init=True, threshold_ema_dead_code=2,
+                  commitment_weight=0.25)
+        if kind == "fsq":
+            self.q = vqp.FSQ(levels=list(FSQ_LEVELS[num_codes]), dim=dim)
+            self.num_codes = self.q.codebook_size
+        elif kind == "rvq":
+            self.q = vqp.ResidualVQ(num_quantizers=levels, rotation_trick=False, **{**vq, **overrides})
+        else:
+            self.q = vqp.VectorQuantize(rotation_trick=kind == "vq", **{**vq, **overrides})
+
+    def forward(self, z, mask):
+        if self.kind == "fsq":  # no parameters: the mask changes nothing
+            q, idx = self.q(z)
+            return q, idx, z.new_zeros(())
+        q, idx, loss = tuple(self.q(z, mask=mask))[:3]
+        return q, idx, loss.sum()
+
+
+class Ours(nn.Module):
+    """A vqwae quantizer (or a ResidualQuantizer of them) built as a user would: ``channel_last=True``."""
+
+    def __init__(self, make, num_codes: int):
+        super().__init__()
+        self.q, self.num_codes = make(), num_codes
+
+    def forward(self, z, mask):
+        out = self.q(z, mask)
+        return out.quantized, out.indices, out.loss
+
+
+def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool) -> dict:
+    """name -> a function building that quantizer; the VQ-WAE rows are the constructor's defaults."""
+    k, d = num_codes, dim
+    if residual:
+        k = 256
+        return {
+            "VQ-VAE": lambda **o: Ours(lambda: ResidualQuantizer(
+                lambda: VectorQuantizer(num_codes=k, dim=d, channel_last=True), 4), k),
+            "ResidualVQ kmeans+expiry": lambda **o: Peer("rvq", k, d, **o),
+            "VQ-WAE": lambda **o: Ours(lambda: ResidualQuantizer(
+                lambda: WassersteinQuantizer(num_codes=k, dim=d, channel_last=True, **o), 4), k),
+        }
+    return {
+        "VQ-VAE": lambda **o: Ours(lambda: VectorQuantizer(num_codes=k, dim=d, channel_last=True, **o), k),
+        "VQ kmeans+expiry+rotation": lambda **o: Peer("vq", k, d, **o),
+        "VQ kmeans+expiry": lambda **o: Peer("vq-no-rotation", k, d, **o),
+        "FSQ": lambda **o: Peer("fsq", k, d),
+        "VQ-WAE": lambda **o: Ours(lambda: WassersteinQuantizer(num_codes=k, dim=d, channel_last=True, **o), k),
+        "VQ-WAE per-position": lambda **o: Ours(lambda: WassersteinQuantizer(
+            num_codes=k, dim=d, channel_last=True, num_positions=positions, **o), k),
+    }
+
+
+class Model(nn.Module):
+    def __init__(self, host: nn.Module, quantizer: nn.Module):
+        super().__init__()
+        self.host, self.quantizer = host, quantizer
+
+    def forward(self, x, mask):
+        z, mask = self.host.encode(x, mask) if mask is not None else self.host.encode(x)
+        q, idx, qloss = self.quantizer(z, mask)
+        out = self.host.decode(q, x, mask) if mask is not None else self.host.decode(q, x)
+        return z, q, idx, qloss, out
+
+    def loss(self, x, mask):
+        z, _, _, qloss, out = self(x, mask)
+        se, n = self.host.sq_error(out, x, mask) if mask is not None else self.host.sq_error(out, x, None)
+        if mask is None:  # the unclamped MSE is what trains (the evaluation clamps to the image range)
+            rec = F.mse_loss(out, x)
+        else:
+            keep = mask.unsqueeze(-1).to(out.dtype)
+            rec = (((out - self.host.patches(x)) ** 2) * keep).sum() / (keep.sum() * self.host.patch_values)
+        return rec + qloss
+
+
+# ------------------------------------------------------------------------------------------------ evaluation
+@torch.no_grad()
+def transport_diagnostics(q: WassersteinQuantizer, tokens: torch.Tensor, *, batch: int = 16384,
+                          generator: torch.Generator | None = None) -> dict:
+    """How far the WS term the quantizer trains on is from the paper's (issue #34, goal 3), on real test latents
+    tokens (N, D) (shared pi) or (N, M, D) (one pi per position):
+
+    * tv_cells: the total variation between pi and the mass of the solver's transport cells (its current potential)
+      over all the given latents (averaged over positions), and tv_floor: the same for N latents drawn exactly
+      from pi (the sampling floor); goal: tv_cells <= 2 tv_floor;
+    * tv_nearest: the same for the nearest code (what the decoder receives);
+    * w_ratio: on ``batch`` held-out latents, the solver's W estimate (the batch semi-dual at its potential, a
+      lower bound of the batch's exact W) over exact OT's W (POT's network simplex) between those latents and the
+      pi-weighted codebook (shared pi; per position, each position's test latents); goal: >= 0.95. Exact OT on
+      N latents over-fits them when N is not >> K (its optimum spreads each latent over K / N codes), so the
+      ratio is only measured for K <= 2,048 and reads low when N / K is small (per position: 2,000 / 512);
+    * cells_disagree: the fraction of latents whose transport code is not their nearest."""
+    import ot
+
+    if q.config.solver != "semidiscrete":
+        return {}
+    shared = q.config.num_positions is None
+    flat = tokens.reshape(-1, 1, q.dim) if shared else tokens  # (N, G, D)
+    nearest, (assigned, _) = q.solver.search(flat, q.embedding)
+    pi = q.pi.double()  # (G, K)
+    g, k = pi.shape
+    n = flat.shape[0]
+
+    def tv(indices):  # (N, G) -> mean over groups of TV(histogram, pi)
+        onehot = torch.zeros(g, k, dtype=torch.float64).scatter_add_(
+            1, indices.t().contiguous(), torch.ones(g, n, dtype=torch.float64))
+        return float(0.5 * (onehot / n - pi).abs().sum(-1).mean())
+
+    draws = torch.multinomial(pi.float(), n, replacement=True, generator=generator).t()  # (N, G) exact draws
+    c = q.embedding.double()
+    emd2 = lambda a, b, cost: float(ot.emd2(a, b, cost, numItermax=10**7))  # noqa: E731
+    w_exact = h = None
+    if k > 2048:
+        pass
+    elif shared:
+        idx = torch.randperm(n, generator=generator)[:batch]
+        x = flat[idx, 0].double()
+        w_exact = emd2(torch.full((len(x),), 1 / len(x), dtype=torch.float64), pi[0], torch.cdist(x, c) ** 2)
+        h = semi_dual_value(x[:, None].float(), q.embedding, assigned[idx], q.solver.code_potential(), q.log_pi())
+    else:  # every position: its test latents against its pi
+        x = flat.double()
+        w_exact = sum(emd2(torch.full((n,), 1 / n, dtype=torch.float64), pi[m], torch.cdist(x[:, m], c) ** 2)
+                      for m in range(g))
+        h = semi_dual_value(flat, q.embedding, assigned, q.solver.code_potential(), q.log_pi())
+    return dict(tv_cells=tv(assigned), tv_nearest=tv(nearest), tv_floor=tv(draws),
+                w_ratio=None if h is None else float(h) / w_exact, cells_disagree=float((nearest != assigned).float().mean()))
+
+
+def _wasserstein_levels(quantizer: nn.Module) -> list:
+    q = quantizer.q
+    if isinstance(q, WassersteinQuantizer):
+        return [q]
+    if isinstance(q, ResidualQuantizer) and isinstance(q.levels[0], WassersteinQuantizer):
+        return list(q.levels)
+    return []
+
+
+@torch.no_grad()
+def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None, seed: int) -> dict:
+    model.eval()
+    se = count = 0.0
+    usage, tokens, latent_sq = None, [], 0.0
+    for i in range(0, len(test_x), 500):
+        x = test_x[i:i + 500]
+        mask = None if test_mask is None else test_mask[i:i + 500]
+        z, _, idx, _, out = model(x, mask)
+        s, c = model.host.sq_error(out, x, mask)
+        se, count = se + float(s), count + float(c)
+        keep = torch.ones(z.shape[:2], dtype=torch.bool) if mask is None else mask
+        idx = idx.reshape(*z.shape[:2], -1)  # (B, N, levels)
+        if usage is None:
+            usage = [CodeUsage(model.quantizer.num_codes) for _ in range(idx.shape[-1])]
+        for level, u in enumerate(usage):
+            u.update(idx[..., level][keep])
+        tokens.append(z if mask is None else z[keep])
+        latent_sq += float((z[keep] ** 2).sum())
+    model.train()
+    real = torch.cat(tokens)  # (B, N, D) or (N, D) when masked
+    n_real = real.shape[0] * (real.shape[1] if real.dim() == 3 else 1)
+    row = dict(mse=se / count, perplexity=min(u.perplexity for u in usage), codes_used=min(u.codes_used for u in usage),
+               latent_rms=math.sqrt(latent_sq / (n_real * real.shape[-1])))
+    if len(usage) > 1:
+        row["perplexity_per_level"] = [u.perplexity for u in usage]
+    levels = _wasserstein_levels(model.quantizer)
+    if levels:
+        row["codebook_rms"] = float(levels[0].embedding.pow(2).mean().sqrt())
+        gen = torch.Generator().manual_seed(seed)
+        diag = transport_diagnostics(levels[0], real.reshape(-1, real.shape[-1]) if real.dim() == 2 else real,
+                                     generator=gen)
+        row.update(diag)
+    return row
+
+
+# ------------------------------------------------------------------------------------------------------ main
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--host", default="default-init", choices=HOSTS)
+    ap.add_argument("--dataset", default="cifar10")
+    ap.add_argument("--data-root", default="../shared/data")
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--eval-every", type=int, default=500)
+    ap.add_argument("--test-images", type=int, default=2000)
+    ap.add_argument("--num-codes", type=int, default=512)
+    ap.add_argument("--models", default=None, help="comma-separated (default: every quantizer of the host)")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
+                    help="an extra VQ-WAE with some options changed, e.g. 'pl 0.01:potential_lr=0.01' "
+                         "('per-position' in the label: one pi per position)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    splits = load_splits(args.dataset, args.data_root, train_limit=20000, eval_limit=args.test_images)
+    test_x = torch.stack([splits.test[i][0] for i in range(len(splits.test))])
+    channels = test_x.shape[1]
+    sequence = args.host == "sequence"
+    dim = build_host(args.host, channels).dim
+    factories = quantizer_factories(args.num_codes, dim, TOKENS, residual=args.host == "residual")
+    if sequence:  # a per-position pi needs every position in every row: no padding
+        factories.pop("VQ-WAE per-position")
+    names = [n.strip() for n in args.models.split(",")] if args.models else list(factories)
+    for v in args.variant:
+        label, _, settings = v.partition(":")
+        base = "VQ-WAE per-position" if "per-position" in label else "VQ-WAE"
+        factories[label] = (lambda b, s: lambda **o: factories[b](**{**s, **o}))(base, parse_settings(settings))
+        names.append(label)
+    unknown = [n for n in names if n not in factories]
+    if unknown:
+        raise SystemExit(f"error: unknown model(s) {unknown}; known: {', '.join(factories)}")
+    models, opts, rngs, times, curves = {}, {}, {}, {}, {}
+    for n in names:
+        torch.manual_seed(args.seed)
+        host = build_host(args.host, channels)  # the same host weights for every quantizer
+        torch.manual_seed(args.seed + 1)
+        models[n] = Model(host, factories[n]())
+        opts[n] = torch.optim.Adam([p for p in models[n].parameters() if p.requires_grad], lr=1e-3)
+        rngs[n], times[n], curves[n] = OwnRandomness(args.seed, n), [], []
+    mask_gen = torch.Generator().manual_seed(args.seed + 7)
+    test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
+    for step, x in training_batches(splits.train, args.steps, args.seed):
+        mask = random_mask(len(x), mask_gen) if sequence else None
+        for n in names:
+            with rngs[n]:
+                t0 = time.perf_counter()
+                loss = models[n].loss(x, mask)
+                opts[n].zero_grad(set_to_none=True)
+                loss.backward()
+                opts[n].step()
+                times[n].append(time.perf_counter() - t0)
+        if step % args.eval_every == 0 or step == args.steps:
+            for n in names:
+                with rngs[n]:
+                    curves[n].append(dict(step=step, **evaluate(models[n], test_x, test_mask, args.seed)))
+            print(f"step {step}: " + "; ".join(
+                f"{n}: ppl {c[-1]['perplexity']:.0f} mse {c[-1]['mse']:.5f}"
+                + (f" tv {c[-1]['tv_cells']:.3f}/{c[-1]['tv_floor']:.3f} w {c[-1]['w_ratio'] or 0:.3f}"
+                   if "tv_cells" in c[-1] else "") for n, c in curves.items()), flush=True)
+            write(args, names, times, curves)
+
+
+def write(args, names, times, curves) -> Path:
+    """The result file (rewritten at every evaluation, so a killed run keeps what it measured) and its plot."""
+    vq = statistics.median(times["VQ-VAE"]) if "VQ-VAE" in times else None
+    rows = [dict(quantizer=n, ms_per_step=1000 * statistics.median(times[n]),
+                 ratio_to_vqvae=statistics.median(times[n]) / vq if vq else None, **curves[n][-1]) for n in names]
+    import vector_quantize_pytorch
+
+    meta = dict(host=args.host, dataset=args.dataset, num_codes=args.num_codes, steps=args.steps, seed=args.seed,
+                date=datetime.now(timezone.utc).isoformat(), torch=torch.__version__,
+                vector_quantize_pytorch=vector_quantize_pytorch.__version__ if hasattr(vector_quantize_pytorch, "__version__") else "1.32.0",
+                machine=f"{platform.machine()} {torch.get_num_threads()} thread(s)",
+                command="python benchmarks/hosts.py " + " ".join(sys.argv[1:]))
+    stem = f"host_{args.host}_{args.dataset}_k{args.num_codes}_{args.steps}_seed{args.seed}" + (
+        f"_{args.tag}" if args.tag else "")
+    out = HERE / "results" / f"{stem}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves), indent=1))
+    plot(curves, out.with_suffix(".png"), f"{args.host}, {args.dataset}, K = {args.num_codes}, seed {args.seed}")
+    return out
+
+
+def plot(curves: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for n, c in curves.items():
+        steps = [p["step"] for p in c]
+        axes[0].plot(steps, [p["perplexity"] for p in c], marker="o", label=n)
+        axes[1].plot(steps, [p["mse"] for p in c], marker="o", label=n)
+    axes[0].set(xlabel="training step", ylabel="test perplexity", title=f"{title}: codebook use")
+    axes[1].set(xlabel="training step", ylabel="test MSE", yscale="log", title="reconstruction")
+    for a in axes:
+        a.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
