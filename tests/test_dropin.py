@@ -248,9 +248,9 @@ def _ddp_padding_only_worker(rank, world, port, path):
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True).train()
+    # codebook_decay 0.5: the EMAs fill in 2 steps, so split_dead is live from step 2 on
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, codebook_decay=0.5).train()
     torch.manual_seed(10 + rank)
-    states = []
     for step in range(4):
         x = torch.randn(3, 8, 8)
         mask = torch.ones(3, 8, dtype=torch.bool)

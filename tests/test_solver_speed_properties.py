@@ -282,3 +282,18 @@ def test_ddp_ranks_keep_every_buffer_identical(tmp_path):
             assert torch.equal(a[key], b[key]), (solver, key)
         state = [k for k in a if k.startswith("solver.")]
         assert state and any(a[k].float().abs().sum() > 0 for k in state), solver
+
+
+def test_splitting_a_dead_cell_never_syncs_with_the_host():
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=8, codebook_init="normal", codebook_decay=0.5).train()
+    data = torch.randn(512, 8)
+    with torch.no_grad():
+        q.embedding[15] = 100.0  # stranded: the transport never reaches it
+    for _ in range(2):  # the EMAs warm up over 1 / (1 - 0.5) = 2 updates; the next one may split
+        q.wasserstein(data[torch.randint(0, 512, (64,))].view(64, 1, 8))
+    assert q.embedding[15].abs().min() == 100.0
+    flat = data[:64].view(64, 1, 8).requires_grad_()
+    with _NoHostSync():
+        q.wasserstein(flat).backward()
+    assert q.embedding[15].abs().max() < 10  # split into an overloaded cell

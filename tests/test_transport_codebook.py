@@ -85,3 +85,38 @@ def test_bad_options_are_refused_with_a_clear_message():
         WassersteinQuantizer(num_codes=8, dim=2, codebook_update="kmeans")
     with pytest.raises(ValueError, match="codebook_decay"):
         WassersteinQuantizer(num_codes=8, dim=2, codebook_update="transport", codebook_decay=1.0)
+
+
+def _stranded(split_dead: float) -> WassersteinQuantizer:
+    """16 codes on 2-D data, one of them stranded far outside the latents' cloud; 80 steps of transport."""
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=2, codebook_init="normal", codebook_decay=0.9, learn_pi=False,
+                             split_dead=split_dead).train()
+    data = torch.randn(4096, 2)
+    with torch.no_grad():
+        q.embedding.copy_(torch.cat([data[:15], torch.tensor([[40.0, 40.0]])]))
+    for _ in range(80):
+        q(data[torch.randint(0, 4096, (256,))].view(256, 2, 1, 1))
+    return q
+
+
+def test_a_code_the_transport_stopped_reaching_is_split_back_into_the_cloud():
+    # The potential would have to climb ~1,600 cost units for the far code to win one latent; one ascent step
+    # per batch never gets there, so without split_dead the code stays out and serves nothing.
+    stuck, split = _stranded(0.0), _stranded(0.1)
+    assert stuck.embedding[15].norm() > 30
+    assert split.embedding[15].norm() < 4
+    usage = torch.bincount(split.eval()(torch.randn(4096, 2, 1, 1)).indices.reshape(-1), minlength=16)
+    assert (usage > 0).all()  # every code serves latents, the revived one included
+
+
+def test_splitting_follows_pi_not_uniformity():
+    # A fixed, peaked pi gives some codes a tiny share on purpose; they are not "dead" while they get it.
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=2, learn_pi=False, pi_init="peaked", codebook_decay=0.9).train()
+    data = torch.randn(4096, 2)
+    for _ in range(150):
+        q(data[torch.randint(0, 4096, (256,))].view(256, 2, 1, 1))
+    share = q.transport_mass / q.transport_mass.sum()
+    pi = q.pi[0]
+    assert torch.corrcoef(torch.stack([share, pi]))[0, 1] > 0.95

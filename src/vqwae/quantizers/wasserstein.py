@@ -103,11 +103,19 @@ class WassersteinOptions:
                                   choices=CODEBOOK_UPDATES)
     codebook_decay: float = option(0.99, "vqwae, transport codebook: EMA decay of the transported counts and sums",
                                    min=0, below=1)
+    split_dead: float = option(0.1, "vqwae semidiscrete, transport codebook: a code whose transported share falls "
+                               "below this fraction of pi_k takes half of the most overloaded cell (0: never; "
+                               "BENCHMARKS.md section 13)", min=0, below=1)
     chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
                                 min=1)
 
     def __post_init__(self):
         check_fields(self)
+
+    def unread(self) -> tuple[str, ...]:
+        """The options this configuration never reads (a run's identity leaves them out, so that adding one does
+        not change the identity of runs it cannot affect)."""
+        return () if (self.codebook_update, self.solver) == ("transport", "semidiscrete") else ("split_dead",)
 
 
 @dataclass(frozen=True)
@@ -191,6 +199,8 @@ class WassersteinQuantizer(Quantizer):
             # positions (zero-initialised: their ratio, the codeword, needs no debiasing).
             self.register_buffer("transport_mass", torch.zeros(num_codes))
             self.register_buffer("transport_sum", torch.zeros(num_codes, dim))
+            # transport updates since the codebook was drawn (split_dead waits for the EMAs to fill)
+            self.register_buffer("transport_steps", torch.zeros((), dtype=torch.long))
         self.solver = build_solver(cfg, self.groups)
 
     @property
@@ -279,6 +289,7 @@ class WassersteinQuantizer(Quantizer):
         mass (semidiscrete), or the plan (G, N, K) between t.x (G, N, D) and the codebook (rows sum to 1/N).
         """
         k, decay = self.num_codes, self.config.codebook_decay
+        live = None  # under DDP: whether any rank held a latent (a tensor)
         if t.plan is None:
             x = t.x.reshape(-1, self.dim)
             mass = (t.mass.sum(0) * t.assigned.shape[0]).to(x.dtype)  # counts per code, in latents
@@ -292,16 +303,57 @@ class WassersteinQuantizer(Quantizer):
             packed = torch.cat([mass[:, None], sums], dim=1)  # one all-reduce: every rank keeps the same codebook
             dist.all_reduce(packed)
             mass, sums = packed[:, 0], packed[:, 1:]
-            # A rank may hold only padding; when every rank does, the EMAs must not decay (no host read).
-            decay = torch.where(mass.sum() > 0, decay, 1.0)
+            # A rank may hold only padding; when every rank does, nothing may move (no host read).
+            live = mass.sum() > 0
+            decay = torch.where(live, decay, 1.0)
             self.transport_mass.mul_(decay).add_(mass * (1 - decay))
             self.transport_sum.mul_(decay).add_(sums * (1 - decay))
         else:  # a batch without latents never gets here (_padding_only)
             self.transport_mass.mul_(decay).add_(mass, alpha=1 - decay)
             self.transport_sum.mul_(decay).add_(sums, alpha=1 - decay)
+        self.transport_steps += 1 if live is None else live.long()
+        if self.config.split_dead and hasattr(self.solver, "scale"):
+            self._split_dead_cells(live)
         seen = self.transport_mass > 0  # a code the plan never reached keeps its place
         centroid = self.transport_sum / self.transport_mass.clamp_min(torch.finfo(x.dtype).tiny).unsqueeze(1)
         self.embedding.copy_(torch.where(seen.unsqueeze(1), centroid, self.embedding))
+
+    @torch.no_grad()
+    def _split_dead_cells(self, live: torch.Tensor | None = None) -> None:
+        """split_dead: re-seed the codes the transport has stopped reaching by splitting the most overloaded cells.
+
+        The transport map gives every code its share pi_k only at the optimum of the potential g, which one ascent
+        step per batch reaches slowly, and not at all for a code left outside the latents' cloud (the encoder
+        shrinks or moves its latents faster than the codebook's EMA follows): to win one latent such a code needs
+        a g_k far above the distances the ascent crosses in thousands of steps. Each step, the codes whose
+        transported share (the EMA of the plan's counts, relative to their total) is below split_dead x pi_k are
+        paired with as many of the most overloaded codes (share / pi_k largest, above 1): the dead code moves next
+        to its partner, the two split the partner's EMA mass and sum, are displaced by +-0.1 of the cell's
+        radius, and share its potential, so the power cell is halved at once along the bisector (the LBG
+        splitting step of vector quantisation, applied to the transport cells). Dead codes are found relative to
+        pi, so a fixed, non-uniform pi keeps its control. On device, no host read; under DDP every rank holds the
+        same all-reduced statistics and makes the same choice."""
+        k, tiny = self.num_codes, torch.finfo(self.transport_mass.dtype).tiny
+        share = self.transport_mass / self.transport_mass.sum().clamp_min(tiny)
+        ratio = share / self.pi.mean(0).clamp_min(tiny)  # 1: the code receives exactly its share
+        order = torch.argsort(ratio)
+        lo, hi = order[: k // 2], order.flip(0)[: k // 2]  # the i-th least served code pairs with the i-th most
+        warm = self.transport_steps > int(1 / (1 - self.config.codebook_decay))  # the EMAs have filled
+        split = (ratio[lo] < self.config.split_dead) & (ratio[hi] > 1) & warm  # (K/2,)
+        if live is not None:  # under DDP, a step without latents on any rank splits nothing
+            split &= live
+        c = self.embedding
+        radius = (self.solver.scale / self.dim).sqrt()  # per-dimension spread of a cell (scale: quantization error)
+        away = c[lo] - c[hi]
+        u = 0.1 * radius * away / away.norm(dim=1, keepdim=True).clamp_min(tiny) * self.dim ** 0.5
+        half = self.transport_mass[hi] / 2
+        mask, mask_m = split.unsqueeze(1), split
+        self.transport_mass[lo] = torch.where(mask_m, half, self.transport_mass[lo])
+        self.transport_mass[hi] = torch.where(mask_m, half, self.transport_mass[hi])
+        self.transport_sum[lo] = torch.where(mask, (c[hi] + u) * half.unsqueeze(1), self.transport_sum[lo])
+        self.transport_sum[hi] = torch.where(mask, (c[hi] - u) * half.unsqueeze(1), self.transport_sum[hi])
+        potential = self.solver.potential  # (G, K)
+        potential[:, lo] = torch.where(mask_m, potential[:, hi], potential[:, lo])
 
     @torch.no_grad()
     def _init_codebook_from(self, flat: torch.Tensor) -> bool:
@@ -330,6 +382,7 @@ class WassersteinQuantizer(Quantizer):
         if self.config.codebook_update == "transport":
             self.transport_mass.zero_()
             self.transport_sum.zero_()
+            self.transport_steps.zero_()
         return start + count >= k
 
     def _padding_only(self, z, flat, mask, compute_loss) -> QuantizerOutput:
@@ -417,6 +470,8 @@ def _upgrade_state_dict(state_dict: dict, prefix: str, config: WassersteinConfig
     """Bring, in place, an older quantizer state dict up to date (no-op for a current one): rename layout 1's
     solver entries to layout 2's, and give a data-drawn codebook saved before ``codes_drawn`` existed its count
     (K once ``codebook_initialized`` was set, else 0)."""
+    if config.codebook_update == "transport" and prefix + "transport_mass" in state_dict:
+        state_dict.setdefault(prefix + "transport_steps", torch.zeros((), dtype=torch.long))  # saved before split_dead
     drawn, done = prefix + "codes_drawn", prefix + "codebook_initialized"
     if config.codebook_init == "data" and drawn not in state_dict and done in state_dict:
         state_dict[drawn] = torch.tensor(config.num_codes if bool(state_dict[done]) else 0)

@@ -1,0 +1,75 @@
+"""The host zoo's table from the result files of ``benchmarks/hosts.py``: one row per host x dataset x K x quantizer,
+the test MSE as the mean over seeds with every seed's value, the test perplexity (mean, and the lowest evaluation
+after step 1,000: the collapse check), the step time over VQ-VAE's, and for VQ-WAE the transport cells' total
+variation from pi against its sampling floor and the W ratio.
+
+    .venv/bin/python benchmarks/hosts_table.py benchmarks/results/host_*_3000_seed*.json
+
+The best MSE of each host x dataset x K cell is in bold; a quantizer whose mean is within the seeds' spread of the
+best (the largest gap between two seeds of the same quantizer in that cell) is marked "(within spread)".
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+
+def load(paths: list[Path]) -> dict:
+    """(host, dataset, K, steps) -> quantizer -> [final row per seed], and the first-after-1000 perplexities."""
+    cells = defaultdict(lambda: defaultdict(list))
+    for p in paths:
+        d = json.loads(p.read_text())
+        m = d["meta"]
+        key = (m["host"], m["dataset"], m["num_codes"], m["steps"])
+        for row in d["rows"]:
+            curve = d["curves"][row["quantizer"]]
+            if curve[-1]["step"] != m["steps"]:
+                continue  # an unfinished run
+            later = [c["perplexity"] for c in curve if c["step"] >= 1000]
+            cells[key][row["quantizer"]].append(dict(row, seed=m["seed"], min_ppl_after_1000=min(later)))
+    return cells
+
+
+def fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table(cells: dict) -> str:
+    lines = ["| host | dataset | K | quantizer | test MSE, mean (per seed) | test perplexity (lowest after step 1,000) "
+             "| x VQ-VAE step | cells TV / floor | W ratio |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for (host, dataset, k, steps), quantizers in sorted(cells.items()):
+        means = {q: statistics.mean(r["mse"] for r in rows) for q, rows in quantizers.items()}
+        spread = max((max(r["mse"] for r in rows) - min(r["mse"] for r in rows) for rows in quantizers.values()),
+                     default=0.0)
+        best = min(means.values())
+        for q, rows in quantizers.items():
+            rows = sorted(rows, key=lambda r: r["seed"])
+            mse = f"{means[q]:.5f} ({' / '.join(format(r['mse'], '.5f') for r in rows)})"
+            if means[q] == best:
+                mse = f"**{mse}**"
+            elif len(rows) > 1 and means[q] - best <= spread:
+                mse += " (within spread)"
+            ppl = statistics.mean(r["perplexity"] for r in rows)
+            low = min(r["min_ppl_after_1000"] for r in rows)
+            ratio = [r["ratio_to_vqvae"] for r in rows if r.get("ratio_to_vqvae")]
+            tv = [(r["tv_cells"], r["tv_floor"]) for r in rows if "tv_cells" in r]
+            w = [r["w_ratio"] for r in rows if r.get("w_ratio") is not None]
+            lines.append(
+                f"| {host} | {dataset} | {k} | {q} | {mse} | {ppl:.0f} ({low:.0f}) "
+                f"| {fmt(statistics.mean(ratio) if ratio else None, '.2f')} "
+                f"| {' / '.join(f'{a:.3f}' for a in map(statistics.mean, zip(*tv))) if tv else '-'} "
+                f"| {fmt(statistics.mean(w) if w else None, '.2f')} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("files", nargs="+", type=Path)
+    print(table(load(ap.parse_args().files)))
+
+
+if __name__ == "__main__":
+    main()
