@@ -26,6 +26,10 @@ def train_command(
 ) -> None:
     """Train VQ-WAE, VQ-VAE or SQ-VAE on a dataset; writes RUN_DIR (see README)."""
     options["out"] = str(out)
+    if resume and (config is not None or preset is not None):
+        given = " and ".join(f for f, v in (("--config", config), ("--preset", preset)) if v is not None)
+        fail(f"--resume continues {out} with its saved configuration; {given} would be ignored: leave it out "
+             "(only the schedule and where the run trains may change, as flags)")
     if resume and not (out / CONFIG).is_file():
         fail(f"--resume: {out} holds no run to continue (no {CONFIG}); leave out --resume to start one")
     try:
