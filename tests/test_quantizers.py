@@ -313,3 +313,45 @@ def test_stochastic_training_step_never_syncs_with_the_host(monkeypatch, latent_
         out.loss.backward()
     assert z.grad is not None and q.embedding.grad is not None and q.log_var.grad is not None
     assert int(q.step) == 2 and q.temperature == pytest.approx(float(torch.exp(torch.tensor(-2e-5))))
+
+
+# ---- the field's VQ: k-means start and dead-code expiry (VectorQuantizer(ema=True, init="kmeans", ...)) ----------
+def test_kmeans_init_starts_the_codebook_at_the_first_batchs_clusters():
+    torch.manual_seed(0)
+    centres = torch.randn(8, DIM) * 4
+    x = (centres[torch.randint(0, 8, (512,))] + 0.1 * torch.randn(512, DIM)).view(512, DIM, 1, 1)
+    q = VectorQuantizer(num_codes=16, dim=DIM, ema=True, init="kmeans").train()  # 2 codes per cluster: no local optimum
+    q(x)
+    error = torch.cdist(centres, q.embedding.detach()).min(1).values  # every true centre found by some code
+    assert error.max() < 1.0, error
+    assert bool(q.codebook_initialized) and torch.allclose(q.ema_cluster_size.sum(), torch.tensor(512.0), atol=1e-3)
+    before = q.embedding.detach().clone()
+    q.train()(x)  # later batches do not redo the k-means (only the EMA moves the codes)
+    assert torch.allclose(q.embedding, before, atol=0.1)
+
+
+def test_a_dead_code_is_replaced_by_a_live_latent():
+    torch.manual_seed(0)
+    q = VectorQuantizer(num_codes=16, dim=DIM, ema=True, init="kmeans", dead_code_threshold=2).train()
+    x = torch.randn(64, DIM, 1, 1)
+    q(x)
+    with torch.no_grad():  # starve code 3: far from every latent, no EMA count
+        q.embedding[3] = 100.0
+        q.ema_embed_sum[3] = 100.0 * 1e-3
+        q.ema_cluster_size[3] = 1e-3
+    q(x)
+    latents = x.view(64, DIM)
+    assert torch.cdist(q.embedding[3:4].detach(), latents).min() < 1e-5  # now one of the batch's latents
+    assert q.ema_cluster_size[3] >= 2 - 1e-6
+
+
+def test_the_fields_vq_leaves_no_dead_code_where_the_plain_ema_starves_them():
+    torch.manual_seed(0)
+    usage = train_codebook_only(VectorQuantizer(num_codes=16, dim=DIM, ema=True, init="kmeans",
+                                                dead_code_threshold=2))
+    assert int((usage == 0).sum()) == 0, usage
+
+
+def test_expiry_needs_the_ema_codebook():
+    with pytest.raises(ValueError, match="dead_code_threshold needs ema=True"):
+        VectorQuantizer(num_codes=16, dim=DIM, dead_code_threshold=2)

@@ -261,6 +261,15 @@ def _ddp_worker(rank, world, port, path):
         for _ in range(3):
             q(torch.randn(5, 4, 2, 2)).loss.backward()
         torch.save({k: v.clone() for k, v in q.state_dict().items()}, f"{path}/{solver}-rank{rank}.pt")
+    # the field's VQ: rank 0's k-means start and expiry draws are broadcast, the EMA statistics all-reduced
+    from vqwae.quantizers import VectorQuantizer
+
+    torch.manual_seed(rank)  # different codebooks before the k-means start: it must make them equal
+    q = VectorQuantizer(num_codes=16, dim=4, ema=True, init="kmeans", dead_code_threshold=2).train()
+    torch.manual_seed(100 + rank)
+    for _ in range(4):
+        q(torch.randn(5, 4, 2, 2))
+    torch.save({k: v.clone() for k, v in q.state_dict().items()}, f"{path}/kmeans-rank{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -282,6 +291,22 @@ def test_ddp_ranks_keep_every_buffer_identical(tmp_path):
             assert torch.equal(a[key], b[key]), (solver, key)
         state = [k for k in a if k.startswith("solver.")]
         assert state and any(a[k].float().abs().sum() > 0 for k in state), solver
+    a, b = (torch.load(tmp_path / f"kmeans-rank{r}.pt") for r in range(2))
+    for key in a:
+        assert torch.equal(a[key], b[key]), ("field's VQ", key)
+
+
+def test_the_fields_vq_never_syncs_with_the_host_after_its_kmeans_start(monkeypatch):
+    from vqwae.quantizers import VectorQuantizer
+
+    # the input's finiteness check reads the host on the CPU only (an async device assert elsewhere)
+    monkeypatch.setattr(VectorQuantizer, "check_finite", staticmethod(lambda z: None))
+    torch.manual_seed(0)
+    q = VectorQuantizer(num_codes=16, dim=8, ema=True, init="kmeans", dead_code_threshold=2).train()
+    q(torch.randn(6, 8, 4, 4))  # the k-means start (reads the host once)
+    with _NoHostSync():
+        for mask in (None, torch.rand(6, 4, 4) > 0.3):
+            q(torch.randn(6, 4, 4, 8).movedim(-1, 1), mask)
 
 
 def test_splitting_a_dead_cell_never_syncs_with_the_host():

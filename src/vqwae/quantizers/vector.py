@@ -9,6 +9,13 @@ Both are means over all latent elements. ``legacy_beta=True`` reproduces the aut
 on the codebook term instead (the well-known misplacement). ``ema=True`` replaces the codebook loss with
 exponential-moving-average codebook updates (van den Oord et al. 2017, App. A.1), statistics summed over
 DDP ranks so every rank keeps an identical codebook.
+
+The field's VQ (SoundStream, EnCodec, vector-quantize-pytorch's ``VectorQuantize(kmeans_init=True,
+threshold_ema_dead_code=2)``): ``VectorQuantizer(ema=True, init="kmeans", dead_code_threshold=2)``.
+``init="kmeans"`` starts the codebook at k-means (10 Lloyd iterations) of the first training batch's latents;
+``dead_code_threshold`` replaces, after each EMA update, every code whose EMA count fell below it by a latent of
+the current batch. Both run on rank 0's choice under DDP (broadcast), and the expiry reads nothing back to
+the host (a select over all codes, every step).
 """
 from __future__ import annotations
 
@@ -21,8 +28,12 @@ from torch import nn
 
 from vqwae.distributed import is_distributed
 from vqwae.options import check_fields, option
+from vqwae.ot.cost import nearest_code
 from vqwae.ot.histogram import code_histogram
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32, masked_mse
+
+
+INITS = ("normal", "kmeans")
 
 
 @dataclass(frozen=True)
@@ -36,9 +47,22 @@ class VectorOptions:
     decay: float = option(0.99, "vqvae --ema: EMA decay", min=0, below=1, flat="vq_decay")
     ema_epsilon: float = option(1e-5, "vqvae --ema: Laplace smoothing of the EMA cluster sizes", min=0,
                                 flat="vq_ema_epsilon")
+    init: str = option("normal", "vqvae: codebook start: normal (N(0, 1), the authors) or kmeans (k-means of the "
+                       "first training batch's latents, the field's)", choices=INITS, flat="vq_init")
+    kmeans_iters: int = option(10, "vqvae --vq-init kmeans: Lloyd iterations", min=1, flat="vq_kmeans_iters")
+    dead_code_threshold: float = option(0.0, "vqvae --ema: a code whose EMA count falls below this is replaced by "
+                                        "a latent of the current batch (0: never; the field's: 2)", min=0)
 
     def __post_init__(self):
         check_fields(self)
+        if self.dead_code_threshold and not self.ema:
+            raise ValueError("dead_code_threshold needs ema=True (the expiry reads the EMA counts)")
+
+    def unread(self) -> tuple[str, ...]:
+        """The options this configuration never reads, or holds at the value that does what vqwae did before
+        the option existed (a run's identity leaves them out)."""
+        off = ("init", "kmeans_iters") if self.init == "normal" else ()
+        return off + (("dead_code_threshold",) if not self.dead_code_threshold else ())
 
 
 @dataclass(frozen=True)
@@ -61,6 +85,8 @@ class VectorQuantizer(Quantizer):
         self.embedding = nn.Parameter(torch.randn(num_codes, dim), requires_grad=not cfg.ema)  # N(0, 1)
         self.register_buffer("ema_cluster_size", torch.zeros(num_codes))
         self.register_buffer("ema_embed_sum", self.embedding.detach().clone())
+        if cfg.init == "kmeans":  # set once the k-means start is done (saved: a resumed run keeps its codebook)
+            self.register_buffer("codebook_initialized", torch.zeros((), dtype=torch.bool))
 
     @property
     def codebook(self) -> torch.Tensor:
@@ -91,6 +117,63 @@ class VectorQuantizer(Quantizer):
             for buffer, previous in zip((self.ema_cluster_size, self.ema_embed_sum, self.embedding), old):
                 buffer.copy_(torch.where(live, buffer, previous))
 
+    @torch.no_grad()
+    def _kmeans_init(self, flat: torch.Tensor, keep: torch.Tensor | None) -> bool:
+        """init="kmeans": the codebook becomes k-means (Lloyd, ``kmeans_iters`` iterations) of this batch's real
+        latents, started from K of them (drawn with replacement when the batch holds fewer than K); the EMA
+        statistics start at the clusters' counts and sums. Rank 0's result is broadcast under DDP. Returns False
+        (try the next batch) when the batch holds no real latent."""
+        x = flat.reshape(-1, self.dim) if keep is None else flat[keep]  # a host read, on the first step only
+        n, k = x.shape[0], self.num_codes
+        if is_distributed():  # every rank follows rank 0, which must hold latents
+            n0 = torch.tensor([float(n)], device=x.device)
+            dist.broadcast(n0, src=0)
+            if float(n0) == 0:
+                return False
+            if n == 0:  # this rank's result is replaced by rank 0's below
+                x, n = torch.zeros(1, self.dim, device=x.device), 1
+        elif n == 0:
+            return False
+        start = torch.randperm(n, device=x.device)[:k] if n >= k else torch.randint(0, n, (k,), device=x.device)
+        means = x[start].clone()
+        counts = torch.zeros(k, device=x.device)
+        for _ in range(self.config.kmeans_iters):
+            idx = nearest_code(x, means)
+            counts = code_histogram(idx, k, x.dtype)
+            sums = torch.zeros_like(means).index_add_(0, idx, x)
+            means = torch.where(counts[:, None] > 0, sums / counts.clamp_min(1)[:, None], means)  # empty: stays
+        if is_distributed():
+            packed = torch.cat([means, counts[:, None]], dim=1)
+            dist.broadcast(packed, src=0)
+            means, counts = packed[:, :-1], packed[:, -1]
+        self.embedding.copy_(means)
+        self.ema_cluster_size.copy_(counts)
+        self.ema_embed_sum.copy_(means * counts[:, None])
+        return True
+
+    @torch.no_grad()
+    def _expire_dead_codes(self, flat: torch.Tensor, keep: torch.Tensor | None) -> None:
+        """dead_code_threshold: every code whose EMA count is below the threshold becomes a latent of this batch
+        (distinct latents when the batch holds at least K and has no padding), its EMA count the threshold. All
+        codes are selected every step (no host read of how many died); rank 0's draw is broadcast under DDP."""
+        x = flat.reshape(-1, self.dim)
+        k, threshold = self.num_codes, self.config.dead_code_threshold
+        if keep is None:
+            n = x.shape[0]
+            pick = torch.randperm(n, device=x.device)[:k] if n >= k else torch.randint(0, n, (k,), device=x.device)
+        else:  # real latents only; the weights keep padding out (with replacement: no count of them on the host)
+            weights = keep.reshape(-1).to(x.dtype) + torch.finfo(x.dtype).tiny
+            pick = torch.multinomial(weights, k, replacement=True)
+        candidates = x[pick]
+        if is_distributed():
+            dist.broadcast(candidates, src=0)
+        dead = self.ema_cluster_size < threshold
+        if keep is not None:  # a batch of padding only replaces nothing
+            dead &= keep.any()
+        self.embedding.copy_(torch.where(dead[:, None], candidates, self.embedding))
+        self.ema_cluster_size.copy_(torch.where(dead, threshold, self.ema_cluster_size))
+        self.ema_embed_sum.copy_(torch.where(dead[:, None], candidates * threshold, self.ema_embed_sum))
+
     @fp32
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *,
                 compute_loss: bool | None = None) -> QuantizerOutput:
@@ -99,16 +182,20 @@ class VectorQuantizer(Quantizer):
         self.check_input(z, mask)
         cfg = self.config
         flat = self.flatten(z)  # (B, M, D)
+        keep = None if mask is None else mask.reshape(flat.shape[:2])
+        if self.training and cfg.init == "kmeans":
+            self._once_per_run("codebook_initialized", self._kmeans_init, flat.detach(), keep)
         indices = self.nearest(flat)
         z_q = F.embedding(indices, self.embedding)
         losses = {}
         if self.training if compute_loss is None else compute_loss:
             # the mask as weights, not an index: boolean indexing has a data-dependent size (a host read)
-            keep = None if mask is None else mask.reshape(flat.shape[:2])
             commit_w = 1.0 if cfg.legacy_beta else cfg.beta
             losses["commitment"] = commit_w * masked_mse(flat, z_q.detach(), keep)
             if not cfg.ema:
                 losses["codebook"] = (cfg.beta if cfg.legacy_beta else 1.0) * masked_mse(z_q, flat.detach(), keep)
             elif self.training:
                 self._ema_update(flat.detach(), indices, keep)
+                if cfg.dead_code_threshold:
+                    self._expire_dead_codes(flat.detach(), keep)
         return self._output(z, self.straight_through(flat, z_q), indices, losses, mask)

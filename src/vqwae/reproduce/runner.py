@@ -30,14 +30,17 @@ WHERE_AND_HOW = {"data": ("data_root", "download", "num_workers"), "run": ("out"
 def run_key(cfg: TrainConfig) -> str:
     """A run's cache key: a hash of its resolved configuration, defaults included, so that a run trained before
     a default changed is not taken for one trained after. Left out: WHERE_AND_HOW, the option sections of the
-    other two models, the VQGAN network and adversary sections unless arch is vqgan, and the VQ-WAE options its
-    configuration never reads (``WassersteinOptions.unread``): options the run never reads. What the code does with the same options (a fixed bug) is not in the key."""
+    other two models, the VQGAN network and adversary sections unless arch is vqgan, and the quantizer options
+    its configuration never reads or holds at their "off" value (``unread()`` of its options section): options
+    that do not change what the run trains. What the code does with the same options (a fixed bug) is not in
+    the key."""
     nested = cfg.to_dict()
     for model in MODELS:  # each model's quantizer options sit in a section of its name
         if model != cfg.model:
             nested["quantizer"].pop(model)
-    for key in cfg.quantizer.vqwae.unread() if cfg.model == "vqwae" else ():
-        nested["quantizer"]["vqwae"].pop(key)
+    options = getattr(cfg.quantizer, cfg.model)
+    for key in options.unread() if hasattr(options, "unread") else ():
+        nested["quantizer"][cfg.model].pop(key)
     if cfg.network.arch != "vqgan":
         nested.pop("gan")
         nested["network"] = {k: nested["network"][k] for k in ("arch", "authors_quirks")}
