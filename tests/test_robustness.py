@@ -348,3 +348,16 @@ def test_a_padding_only_batch_changes_no_buffer_and_no_later_step(name, fresh):
     assert [k for k, v in q.state_dict().items() if not torch.equal(v, before[k])] == []
     later = q(torch.randn(4, 10, 8))  # the next batch with real latents trains normally
     assert torch.isfinite(later.loss) and all(torch.isfinite(v).all() for v in q.state_dict().values())
+
+
+def test_a_relative_data_root_is_stored_absolute_and_resume_takes_it_from_elsewhere(tmp_path, monkeypatch):
+    (tmp_path / "a" / "data").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    out = tmp_path / "run"
+    result = invoke(["train", "--out", out, *TINY, "--epochs", "1", "--data-root", "data"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "config.json").read_text())["data"]["data_root"] == str(tmp_path / "a" / "data")
+    monkeypatch.chdir(tmp_path / "b")  # another folder, the same data by another relative path
+    result = invoke(["train", "--out", out, "--resume", "--epochs", "2", "--data-root", "../a/data"])
+    assert result.exit_code == 0, result.output

@@ -1,6 +1,7 @@
 """The data section of a training configuration."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from vqwae.data.registry import DATASETS, normalise_name
@@ -24,5 +25,7 @@ class DataOptions:
 
     def __post_init__(self):
         check_fields(self)
+        if self.data_root:  # stored absolute: the run works (eval, --resume) from any folder
+            object.__setattr__(self, "data_root", os.path.abspath(os.path.expanduser(self.data_root)))
         if normalise_name(self.dataset) not in DATASETS:
             raise ValueError(f"unknown dataset {self.dataset!r}; valid: {', '.join(DATASETS)}")

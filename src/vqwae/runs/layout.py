@@ -104,7 +104,8 @@ def write_config(run_dir: PathLike, cfg: TrainConfig) -> None:
 
 
 # Options a resumed run may change: its schedule and where it runs; everything else is the run's own.
-RESUME_CHANGEABLE = frozenset({"epochs", "max_steps", "device", "num_workers", "out", "threads", "logger"})
+RESUME_CHANGEABLE = frozenset({"epochs", "max_steps", "device", "num_workers", "out", "threads", "logger",
+                               "data_root"})
 
 
 def resume_config(run_dir: PathLike, overrides: dict) -> TrainConfig:
