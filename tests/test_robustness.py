@@ -99,6 +99,9 @@ CASES = {
     "demo --device foo": (lambda r, t: ["demo", "--out", t / "demo", "--device", "foo"], ["foo"]),
     "reproduce --threads 0": (lambda r, t: ["reproduce", "--out", t / "rep", "--threads", "0"], ["--threads"]),
     "reproduce unknown budget": (lambda r, t: ["reproduce", "--out", t / "rep", "--budget", "huge"], ["huge"]),
+    "reproduce unknown dataset": (lambda r, t: ["reproduce", "--out", t / "rep", "--datasets", "bogus"],
+                                  ["--datasets", "bogus"]),
+    "reproduce no dataset": (lambda r, t: ["reproduce", "--out", t / "rep", "--datasets", ""], ["--datasets"]),
 }
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from vqwae.cli.common import THREADS_HELP, Device, at_least, device_or_fail, fail, threads_on
+from vqwae.data.registry import DATASETS, normalise_name
 from vqwae.reproduce import reproduce
 
 Opt = typer.Option
@@ -36,9 +37,13 @@ def reproduce_command(
     at_least("--jobs", jobs)
     at_least("--threads", threads)
     dev = device_or_fail(device)
+    names = [d.strip() for d in datasets.split(",") if d.strip()]
+    unknown = [d for d in names if normalise_name(d) not in DATASETS]
+    if not names or unknown:
+        fail(f"--datasets: {', '.join(map(repr, unknown)) if unknown else 'none given'}; valid: {', '.join(DATASETS)}")
     try:
         with threads_on(dev, threads):
-            md = reproduce([e.strip() for e in experiment.split(",")], [d.strip() for d in datasets.split(",")],
+            md = reproduce([e.strip() for e in experiment.split(",")], names,
                            budget, out, data_root=data_root, jobs=jobs, device=device, threads=threads,
                            inception_weights=inception_weights, lpips_weights=lpips_weights, records=records, plan=plan,
                            command="vqwae " + " ".join(sys.argv[1:]))
