@@ -96,6 +96,9 @@ CASES = {
     "tsne --n 1": (lambda r, t: ["tsne", r, "--n", "1"], ["--n"]),
     "prior train --threads 0": (lambda r, t: ["prior", "train", r, "--threads", "0"], ["--threads"]),
     "sample without a prior": (lambda r, t: ["sample", r, "--n", "4", "--device", "cpu"], ["prior"]),
+    "sample --n 10^8": (lambda r, t: ["sample", r, "--n", "100000000"], ["--n", "at most"]),
+    "sample --n 10^20": (lambda r, t: ["sample", r, "--n", "99999999999999999999"], ["--n"]),
+    "sample --out a file": (lambda r, t: ["sample", r, "--out", r / "config.json"], ["--out", "is a file"]),
     "demo --device foo": (lambda r, t: ["demo", "--out", t / "demo", "--device", "foo"], ["foo"]),
     "reproduce --threads 0": (lambda r, t: ["reproduce", "--out", t / "rep", "--threads", "0"], ["--threads"]),
     "reproduce unknown budget": (lambda r, t: ["reproduce", "--out", t / "rep", "--budget", "huge"], ["huge"]),
@@ -364,3 +367,14 @@ def test_a_relative_data_root_is_stored_absolute_and_resume_takes_it_from_elsewh
     monkeypatch.chdir(tmp_path / "b")  # another folder, the same data by another relative path
     result = invoke(["train", "--out", out, "--resume", "--epochs", "2", "--data-root", "../a/data"])
     assert result.exit_code == 0, result.output
+
+
+def test_an_image_folder_too_small_to_validate_on_is_one_line(tmp_path):
+    folder = tmp_path / "three"
+    folder.mkdir()
+    for i in range(3):
+        Image.fromarray(np.full((16, 16, 3), 40 * i, dtype=np.uint8)).save(folder / f"{i}.png")
+    result = invoke(["train", "--out", tmp_path / "run", "--dataset", "imagefolder", "--data-root", folder,
+                     "--epochs", "1", "--num-codes", "8", "--device", "cpu"])
+    one_line_error(result, "validation", "at least 10 images")
+    assert not (tmp_path / "run").exists()

@@ -85,6 +85,9 @@ def prior_train_command(
 
 
 # ---- vqwae sample --------------------------------------------------------------------------------------
+MAX_SAMPLES = 100_000
+
+
 def sample_command(
     run_dir: Path = Arg(..., help="A run folder with a trained prior (`vqwae prior train`)."),
     n: int = Opt(64, "--n", help="Number of images."),
@@ -105,6 +108,10 @@ def sample_command(
     t0 = time.perf_counter()
     check_run(run_dir)
     at_least("--n", n)
+    if n > MAX_SAMPLES:  # one PNG each, all held in memory: a typo of a few digits would fill the machine
+        fail(f"--n must be at most {MAX_SAMPLES:,} (one PNG per image), got {n}")
+    if out is not None and out.exists() and not out.is_dir():
+        fail(f"--out {out} is a file, not a folder")
     at_least("--batch-size", batch_size)
     at_least("--nrow", nrow)
     if not math.isfinite(temperature) or temperature < 0:

@@ -220,6 +220,10 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
                          download=data.download, image_size=data.image_size, seed=run.seed,
                          skip_unreadable=data.skip_unreadable)
     info = splits.info
+    if len(splits.val) == 0 or len(splits.train) == 0:
+        raise ValueError(f"{data.dataset}: {len(splits.train)} training and {len(splits.val)} validation images; "
+                         "training needs both (an image folder gives a tenth of its images, rounded down, to "
+                         "validation: at least 10 images, or ROOT/train and ROOT/val folders)")
     val_idx = list(range(rank, len(splits.val), world))  # each rank validates its own share
     val_loader = DataLoader(splits.val, batch_size=max(opt.batch_size, 256),
                             sampler=val_idx, num_workers=data.num_workers)
