@@ -20,5 +20,9 @@ def test_demo_writes_runs_pictures_and_summary(tmp_path):
     assert (out / "code_usage.png").stat().st_size > 1000
     assert "test perplexity" in r.output
     # a second demo reuses the finished runs instead of failing or overwriting them
+    config = (out / "vqwae" / "config.json").read_bytes()
     r2 = CliRunner().invoke(app, ["demo", "--out", str(out), "--epochs", "1", "--num-codes", "16", "--device", "cpu"])
     assert r2.exit_code == 0, r2.output
+    assert "reusing it" in r2.output and (out / "vqwae" / "config.json").read_bytes() == config
+    again = json.loads((out / "summary.json").read_text())
+    assert [r["train_seconds"] for r in again] == [r["train_seconds"] for r in rows]  # the runs' own clocks

@@ -7,7 +7,6 @@ folders. Rerunning resumes or reuses the finished runs instead of overwriting th
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -32,10 +31,13 @@ def run_demo(out: Path, *, epochs: int = 12, num_codes: int = 128, device: str =
         run = out / model
         cfg = TrainConfig.resolve(model=model, dataset="digits", out=str(run), epochs=epochs, num_codes=num_codes,
                                   device=device, threads=threads)
-        say(f"== training {model} ({epochs} epochs, K={num_codes}) -> {run}")
-        t0 = time.perf_counter()
-        train(cfg, resume=(run / layout.STATE).exists())
-        seconds = time.perf_counter() - t0
+        done = max((m.get("epoch", 0) for m in layout.read_metrics(run)), default=0)
+        if (run / layout.STATE).exists() and done >= epochs:  # a finished run is reused as it is, config and all
+            say(f"== {model}: {run} has trained {done} epochs already (>= {epochs}); reusing it")
+        else:
+            say(f"== training {model} ({epochs} epochs, K={num_codes}) -> {run}")
+            train(cfg, resume=(run / layout.STATE).exists())
+        seconds = sum(m.get("seconds", 0.0) for m in layout.read_metrics(run))  # the run's own training clock
         res = evaluate_run(run, split="test", fid=False, lpips=False, device=device, progress=False, threads=threads)
         counts[model] = json.loads(layout.code_usage_json(run, "test").read_text())
         rows.append(dict(model=model, test_perplexity=res["perplexity"], codes_used=res["codes_used"],
