@@ -213,3 +213,19 @@ def test_generation_fid_real_inception(run_dir, uncond, cond, shared_weights, tm
                        batch_size=8)
     assert c["gfid_cond"] > 0 and c["gfid_cond_info"]["real_stats"] == "cache"
     assert sum(c["gfid_cond_info"]["label_counts"]) == 8 and c["gfid_cond_info"]["prior"] == str(cond)
+
+
+def test_a_trained_prior_is_not_replaced_without_force_and_one_elsewhere_does_not_speak_for_the_run(
+        run_dir, uncond, tmp_path):
+    before = (uncond / "model.safetensors").read_bytes()
+    assert "already holds a trained prior" in error_of("prior", "train", run_dir, *TINY_PRIOR)
+    assert (uncond / "model.safetensors").read_bytes() == before
+    recorded = read_eval(run_dir)["prior_val_bpc"]
+    invoke("prior", "train", run_dir, "--out", tmp_path / "elsewhere", *TINY_PRIOR[:-6], "--max-steps", "1", *CPU)
+    assert read_eval(run_dir)["prior_val_bpc"] == recorded  # eval.json still describes RUN_DIR/prior
+
+
+def test_fewer_samples_leave_no_stale_images(run_dir, uncond, tmp_path):
+    invoke("sample", run_dir, "--n", "5", "--out", tmp_path / "s", *CPU)
+    invoke("sample", run_dir, "--n", "2", "--out", tmp_path / "s", *CPU)
+    assert sorted(p.name for p in (tmp_path / "s").glob("sample_*.png")) == ["sample_0.png", "sample_1.png"]

@@ -16,7 +16,7 @@ import typer
 from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail,
                               print_wall, show_progress, threads_on)
 from vqwae.runs import layout
-from vqwae.runs.prior import generate, kind_replaced, save_samples, train_and_record_prior
+from vqwae.runs.prior import generate, holds_prior, kind_replaced, save_samples, train_and_record_prior
 
 Opt = typer.Option
 Arg = typer.Argument
@@ -50,6 +50,7 @@ def prior_train_command(
     data_root: DataRoot = None,
     seed: int = Opt(0),
     refresh_codes: bool = Opt(False, "--refresh-codes", help="Re-extract the code grids even if cached."),
+    force: bool = Opt(False, "--force", help="Replace a trained prior already in the prior folder."),
 ) -> None:
     """Fit the PixelCNN prior to the run's training codes; writes RUN_DIR/prior (NLL in bits per code)."""
 
@@ -63,6 +64,8 @@ def prior_train_command(
     at_least("--threads", threads)
     dev = device_or_fail(device)
     out_dir = out if out is not None else run_dir / layout.PRIOR
+    if holds_prior(out_dir) and not force:
+        fail(f"{out_dir} already holds a trained prior; pass --force to replace it, or --out to keep both")
     replaced = kind_replaced(out_dir, conditional)
     if replaced:
         typer.echo(f"note: replacing the {replaced} prior in {out_dir} (use --out to keep both)", err=True)

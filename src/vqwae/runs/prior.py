@@ -292,10 +292,19 @@ def kind_replaced(out_dir: str | os.PathLike, conditional: bool) -> str | None:
     return _kind(was_cond) if was_cond != conditional else None
 
 
+def holds_prior(out_dir: str | os.PathLike) -> bool:
+    """Whether ``out_dir`` holds a trained prior (which training into it would replace)."""
+    return _is_prior(Path(out_dir))
+
+
 def train_and_record_prior(run_dir: str | os.PathLike, *, conditional: bool = False, **kwargs):
-    """``train_run_prior`` and the best validation NLL into eval.json (prior_val_bpc / prior_cond_val_bpc)."""
+    """``train_run_prior``, and the best validation NLL into eval.json (prior_val_bpc / prior_cond_val_bpc) when
+    the prior is one of the run's own folders (RUN_DIR/prior, prior_cond, prior_uncond): a prior written
+    elsewhere does not speak for the run."""
     result, summary = train_run_prior(run_dir, conditional=conditional, **kwargs)
-    layout.update_eval(run_dir, {"prior_cond_val_bpc" if conditional else "prior_val_bpc": result.best_val_bpc})
+    own = {Path(run_dir).resolve() / name for name in (layout.PRIOR, *layout.ALT_PRIORS.values())}
+    if Path(result.out_dir).resolve() in own:
+        layout.update_eval(run_dir, {"prior_cond_val_bpc" if conditional else "prior_val_bpc": result.best_val_bpc})
     return result, summary
 
 
@@ -308,6 +317,8 @@ def save_samples(images: torch.Tensor, labels: torch.Tensor | None, out: str | o
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("sample_*.png"):  # an earlier, larger --n would leave its extra images beside these
+        stale.unlink()
     n = images.shape[0]
     width = len(str(n - 1))
     for i in range(n):
