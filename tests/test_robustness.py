@@ -378,3 +378,23 @@ def test_an_image_folder_too_small_to_validate_on_is_one_line(tmp_path):
                      "--epochs", "1", "--num-codes", "8", "--device", "cpu"])
     one_line_error(result, "validation", "at least 10 images")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("code", ["EROFS", "ENOSPC"])
+def test_a_read_only_or_full_disk_is_one_line_and_keeps_the_run(run, tmp_path, monkeypatch, code):
+    import errno
+
+    from vqwae.runs import evaluation
+
+    def refuse(path, *args, **kwargs):
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), str(path))
+
+    before = checksums(run)
+    monkeypatch.setattr(layout, "write_config", refuse)  # training's first write
+    one_line_error(invoke(["train", "--out", tmp_path / "new", *TINY]), "cannot write", str(tmp_path / "new"))
+    monkeypatch.setattr(evaluation, "atomic_write_text", refuse, raising=False)
+    monkeypatch.setattr(layout, "update_eval", refuse)
+    result = invoke(["eval", run, "--no-fid", "--no-lpips", "--device", "cpu"])
+    last = result.stderr.strip().splitlines()[-1]  # after the evaluation's progress bar
+    assert result.exit_code == 2 and "Traceback" not in result.output and last.startswith("error: cannot write")
+    assert checksums(run) == before

@@ -3,6 +3,8 @@ and wall time. (Parsing and printing only: the work is in the library.)"""
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import sys
 import time
 from pathlib import Path
@@ -22,6 +24,28 @@ RunDir = Annotated[Path, typer.Argument(help="A run folder made by `vqwae train`
 Device = Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")]
 Threads = Annotated[int | None, typer.Option(help=THREADS_HELP)]
 DataRoot = Annotated[str | None, typer.Option(help="Override the dataset location recorded in the run.")]
+
+
+# A disk that is full, read-only or not ours: the user's to fix, so one line (every file vqwae writes goes
+# through an atomic replace, so what was written before stays whole).
+DISK_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM, errno.EDQUOT})
+
+
+def disk_errors(command):
+    """Wrap a command so that a full, read-only or forbidden disk ends it with one line naming the path."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except OSError as e:
+            if e.errno not in DISK_ERRNOS:
+                raise
+            fail(f"cannot write {e.filename}: {e.strerror}" if e.filename else f"cannot write: {e.strerror}")
+        except Exception as e:  # safetensors reports a full disk with its own error type
+            if "No space left on device" not in str(e):
+                raise
+            fail(f"cannot write: no space left on device ({type(e).__name__})")
+    return wrapper
 
 
 def fail(message: str, code: int = 2) -> None:

@@ -1,6 +1,7 @@
 """The ``vqwae`` command line: each command lives in its own module and only parses and calls the library."""
 import typer
 
+from vqwae.cli.common import disk_errors
 from vqwae.cli.demo import demo_command
 from vqwae.cli.evaluate import eval_command
 from vqwae.cli.reproduce import reproduce_command
@@ -17,11 +18,8 @@ def main() -> None:
     """VQ-WAE (Vuong et al., ICML 2023): train, evaluate, sample and reproduce the paper."""
 
 
-app.command("train")(train_command)
-app.command("eval")(eval_command)
-app.command("demo")(demo_command)
-app.command("reproduce")(reproduce_command)
-app.command("sample")(sample_command)
-app.command("probe")(probe_command)
-app.command("tsne")(tsne_command)
+for name, command in (("train", train_command), ("eval", eval_command), ("demo", demo_command),
+                      ("reproduce", reproduce_command), ("sample", sample_command), ("probe", probe_command),
+                      ("tsne", tsne_command)):
+    app.command(name)(disk_errors(command))
 app.add_typer(prior_app, name="prior")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail,
-                              print_wall, show_progress, threads_on)
+from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail,
+                              disk_errors, fail, print_wall, show_progress, threads_on)
 from vqwae.runs import layout
 from vqwae.runs.prior import generate, holds_prior, kind_replaced, save_samples, train_and_record_prior
 
@@ -32,6 +32,7 @@ def prior_main() -> None:
 
 
 @prior_app.command("train")
+@disk_errors
 def prior_train_command(
     run_dir: RunDir,
     conditional: bool = Opt(False, "--conditional", help="Class-conditional prior (needs a labelled dataset)."),
