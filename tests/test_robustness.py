@@ -382,19 +382,23 @@ def test_an_image_folder_too_small_to_validate_on_is_one_line(tmp_path):
 
 @pytest.mark.parametrize("code", ["EROFS", "ENOSPC"])
 def test_a_read_only_or_full_disk_is_one_line_and_keeps_the_run(run, tmp_path, monkeypatch, code):
+    import builtins
     import errno
+    import io
 
-    from vqwae.runs import evaluation
+    real_open, number = builtins.open, getattr(errno, code)
 
-    def refuse(path, *args, **kwargs):
-        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), str(path))
+    def refusing_open(file, mode="r", *args, **kwargs):  # every write under tmp_path or the run fails
+        if any(c in mode for c in "wax+") and str(file).startswith((str(tmp_path), str(run))):
+            raise OSError(number, os.strerror(number), str(file))
+        return real_open(file, mode, *args, **kwargs)
 
     before = checksums(run)
-    monkeypatch.setattr(layout, "write_config", refuse)  # training's first write
+    monkeypatch.setattr(builtins, "open", refusing_open)
+    monkeypatch.setattr(io, "open", refusing_open)  # pathlib's write_text / write_bytes
     one_line_error(invoke(["train", "--out", tmp_path / "new", *TINY]), "cannot write", str(tmp_path / "new"))
-    monkeypatch.setattr(evaluation, "atomic_write_text", refuse, raising=False)
-    monkeypatch.setattr(layout, "update_eval", refuse)
     result = invoke(["eval", run, "--no-fid", "--no-lpips", "--device", "cpu"])
     last = result.stderr.strip().splitlines()[-1]  # after the evaluation's progress bar
     assert result.exit_code == 2 and "Traceback" not in result.output and last.startswith("error: cannot write")
+    monkeypatch.undo()
     assert checksums(run) == before
