@@ -402,3 +402,17 @@ def test_a_read_only_or_full_disk_is_one_line_and_keeps_the_run(run, tmp_path, m
     assert result.exit_code == 2 and "Traceback" not in result.output and last.startswith("error: cannot write")
     monkeypatch.undo()
     assert checksums(run) == before
+
+
+def test_eval_json_says_what_it_measured_and_drops_what_a_later_eval_recomputed(run):
+    assert invoke(["eval", run, "--no-fid", "--no-lpips", "--device", "cpu", "--limit", "8"]).exit_code == 0
+    first = json.loads((run / "eval.json").read_text())
+    assert "lpips_skipped" in first and first["limit"] == 8 and first["split"] == "test"
+    assert len(first["weights_fingerprint"]) == 64 and first["trained_steps"] > 0
+
+    weights = Path(__file__).resolve().parents[2] / "shared" / "weights" / "lpips"
+    if not weights.is_dir():
+        pytest.skip(f"no LPIPS weights at {weights} (the shared folder is absent)")
+    assert invoke(["eval", run, "--no-fid", "--device", "cpu", "--limit", "8", "--lpips-weights", weights]).exit_code == 0
+    after = json.loads((run / "eval.json").read_text())
+    assert after["lpips"] is not None and "lpips_skipped" not in after  # the old skip note went with the old value

@@ -18,6 +18,7 @@ from vqwae.figures import reconstruction_grid, training_curves, usage_histogram
 from vqwae.metrics.evaluate import evaluate_reconstructions
 from vqwae.metrics.fid import FIDStatsCache, load_inception
 from vqwae.metrics.lpips import load_lpips
+from vqwae.prior.train import weights_fingerprint
 from vqwae.runs import layout
 from vqwae.runs.generation import real_stats_key
 
@@ -93,13 +94,17 @@ def evaluate_run(
                                       real_stats_cache_key=key, progress=progress, skip_reasons=reasons,
                                       stats_cache=FIDStatsCache() if key else None, num_threads=threads)
     counts = result.pop("code_counts")
-    result.update(split=split, model=cfg.model, dataset=cfg.data.dataset, ssim_window=SSIM_WINDOW,
-                  seconds=time.perf_counter() - t0)
+    history = layout.read_metrics(run_dir)
+    # what the numbers were measured on: the weights (best by validation MSE, as saved) and the run's progress
+    result.update(split=split, limit=limit, model=cfg.model, dataset=cfg.data.dataset, ssim_window=SSIM_WINDOW,
+                  weights_fingerprint=weights_fingerprint(run_dir / layout.MODEL_WEIGHTS),
+                  trained_steps=history[-1].get("step") if history else None, seconds=time.perf_counter() - t0)
     result["resolution_note"] = (f"psnr/ssim/lpips at {result['resolution']}; mse always native; "
                                  "rfid from native images resized to 299")
     layout.code_usage_json(run_dir, split).write_text(json.dumps(counts))
-    # an earlier evaluation's optional metric does not describe this one's images
-    merged = layout.update_eval(run_dir, result, drop=("lpips_vgg", "lpips_vgg_skipped"))
+    # an earlier evaluation's optional metrics and skip notes do not describe this one's images or weights
+    merged = layout.update_eval(run_dir, result, drop=("lpips_vgg", "lpips_vgg_skipped", "lpips_skipped",
+                                                       "rfid_skipped", "rfid_real_stats"))
     if pictures:
         _pictures(run_dir, model, data, counts, dev, split)
     return merged
