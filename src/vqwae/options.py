@@ -100,13 +100,16 @@ def from_flat(cls: type, values: dict, *, base=None, where: str = "config"):
     by_flat = flat_names(cls)
     by_path = {".".join(leaf.path): leaf for leaf in leaves(cls)}
     nested: dict = to_nested(base) if base is not None else {}
-    unknown = []
+    unknown, given = [], {}
     for key, value in values.items():
         name = key.replace("-", "_")
         leaf = by_flat.get(name) or by_path.get(name)
         if leaf is None:
             unknown.append(key)
             continue
+        if leaf.flat in given:  # e.g. a flat `lr` and a nested `optim: {lr}`: neither may silently win
+            raise ValueError(f"{where}: {leaf.flat} is given twice ({given[leaf.flat]} and {key})")
+        given[leaf.flat] = key
         node = nested
         for part in leaf.path[:-1]:
             node = node.setdefault(part, {})

@@ -217,6 +217,28 @@ def _flatten_paths(nested: dict, prefix: str = "") -> dict:
     return out
 
 
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object whose keys are all distinct (a repeated key is an error, not a silent last-one-wins)."""
+    keys = [k for k, _ in pairs]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise ValueError(f"repeated keys {repeated}")
+    return dict(pairs)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that repeats a key (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"repeated key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load_config_file(path: str | Path) -> dict:
     """A YAML or JSON file of options: flat names (``ws_weight: 1e-3``) and / or nested sections
     (``quantizer: {vqwae: {ws_weight: 1e-3}}``), returned as {flat name or dotted path: value}."""
@@ -225,9 +247,9 @@ def load_config_file(path: str | Path) -> dict:
         raise FileNotFoundError(f"config file {p} not found")
     text = p.read_text()
     try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise ValueError(f"config file {p} could not be parsed: {e}") from e
+        data = json.loads(text, object_pairs_hook=_unique_keys) if p.suffix == ".json" else yaml.load(text, _UniqueKeyLoader)
+    except (json.JSONDecodeError, yaml.YAMLError, ValueError) as e:
+        raise ValueError(f"config file {p} could not be parsed: {' '.join(str(e).split())}") from e  # one line
     if not isinstance(data, dict):
         raise ValueError(f"config file {p} must hold a mapping of option names to values")
     data.pop("format_version", None)
