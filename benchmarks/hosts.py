@@ -224,6 +224,9 @@ def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool
         }
     return {
         "VQ-VAE": lambda **o: Ours(lambda: VectorQuantizer(num_codes=k, dim=d, channel_last=True, **o), k),
+        # vqwae's own field VQ, to check against the peer below (issue #35): not in the default list
+        "vqwae VQ kmeans+expiry": lambda **o: Ours(lambda: VectorQuantizer(
+            num_codes=k, dim=d, channel_last=True, ema=True, init="kmeans", dead_code_threshold=2, **o), k),
         "VQ kmeans+expiry+rotation": lambda **o: Peer("vq", k, d, **o),
         "VQ kmeans+expiry": lambda **o: Peer("vq-no-rotation", k, d, **o),
         "FSQ": lambda **o: Peer("fsq", k, d),
@@ -380,7 +383,8 @@ def main():
     factories = quantizer_factories(args.num_codes, dim, TOKENS, residual=args.host == "residual")
     if sequence:  # a per-position pi needs every position in every row: no padding
         factories.pop("VQ-WAE per-position")
-    names = [n.strip() for n in args.models.split(",")] if args.models else list(factories)
+    names = ([n.strip() for n in args.models.split(",")] if args.models
+             else [n for n in factories if n != "vqwae VQ kmeans+expiry"])
     for v in args.variant:
         label, _, settings = v.partition(":")
         base = "VQ-WAE per-position" if "per-position" in label else "VQ-WAE"
