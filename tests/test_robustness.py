@@ -420,3 +420,13 @@ def test_eval_json_says_what_it_measured_and_drops_what_a_later_eval_recomputed(
     assert invoke(["eval", run, "--no-fid", "--device", "cpu", "--limit", "8", "--lpips-weights", weights]).exit_code == 0
     after = json.loads((run / "eval.json").read_text())
     assert after["lpips"] is not None and "lpips_skipped" not in after  # the old skip note went with the old value
+
+
+def test_resume_without_the_state_of_a_longer_run_is_refused_and_changes_nothing(tmp_path):
+    out = tmp_path / "run"
+    train(TrainConfig.resolve(out=str(out), epochs=2, dataset="digits", train_limit=64, eval_limit=32, num_codes=8,
+                              device="cpu"))
+    (out / layout.STATE).unlink()
+    before = checksums(out)
+    one_line_error(invoke(["train", "--out", out, "--resume", "--epochs", "3"]), "state.pt is missing", "2 trained epochs")
+    assert checksums(out) == before

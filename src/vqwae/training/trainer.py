@@ -159,6 +159,15 @@ def _check_run_dir(run_dir: Path, resume: bool) -> None:
             f"{run_dir} already holds a run ({', '.join(existing)}); pass --resume to continue it, "
             "or choose another --out (nothing was overwritten)"
         )
+    if resume and not (run_dir / layout.STATE).exists():
+        # state.pt is written after each epoch's metrics line, so a run killed during its first state write
+        # records one epoch (it restarts); a run that records more has lost its state.pt: restarting would
+        # silently replace its weights and metrics
+        epochs = max((m.get("epoch", 0) for m in layout.read_metrics(run_dir)), default=0)
+        if epochs > 1:
+            raise FileNotFoundError(f"cannot resume: {run_dir / layout.STATE} is missing, yet {run_dir} records "
+                                    f"{epochs} trained epochs; nothing was changed (restore the file, or train into "
+                                    "another --out)")
 
 
 def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = None) -> TrainResult:
