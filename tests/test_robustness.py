@@ -98,6 +98,7 @@ CASES = {
     "eval a folder that is no run": (lambda r, t: ["eval", t], ["not a trained run folder"]),
     "probe --device foo": (lambda r, t: ["probe", r, "--device", "foo"], ["foo"]),
     "tsne --n 1": (lambda r, t: ["tsne", r, "--n", "1"], ["--n"]),
+    "probe --limit 1": (lambda r, t: ["probe", r, "--limit", "1", "--device", "cpu"], ["at least 2", "--limit"]),
     "prior train --threads 0": (lambda r, t: ["prior", "train", r, "--threads", "0"], ["--threads"]),
     "sample without a prior": (lambda r, t: ["sample", r, "--n", "4", "--device", "cpu"], ["prior"]),
     "sample --n 10^8": (lambda r, t: ["sample", r, "--n", "100000000"], ["--n", "at most"]),
@@ -430,3 +431,10 @@ def test_resume_without_the_state_of_a_longer_run_is_refused_and_changes_nothing
     before = checksums(out)
     one_line_error(invoke(["train", "--out", out, "--resume", "--epochs", "3"]), "state.pt is missing", "2 trained epochs")
     assert checksums(out) == before
+
+
+def test_tsne_out_without_a_suffix_names_the_file_it_wrote(run, tmp_path):
+    result = invoke(["tsne", run, "--n", "30", "--out", tmp_path / "plot", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    named = Path(json.loads((run / "eval.json").read_text())["tsne_png"])
+    assert named == tmp_path / "plot.png" and named.is_file()

@@ -35,7 +35,7 @@ def _metric_networks(inception_weights, lpips_weights, device: str, fid: bool, l
         if why:
             reasons["lpips"] = why
     else:
-        reasons["lpips"] = "disabled (--no-lpips)"
+        reasons["lpips"] = "not asked for (--no-lpips)"
     if lpips_vgg:  # off by default: no key, no message
         lpips_vgg_net, why = load_lpips(lpips_weights, net="vgg", device=device)
         if why:
@@ -45,7 +45,7 @@ def _metric_networks(inception_weights, lpips_weights, device: str, fid: bool, l
         if why:
             reasons["rfid"] = why
     else:
-        reasons["rfid"] = "disabled (--no-fid)"
+        reasons["rfid"] = "not asked for (--no-fid)"
     return lpips_net, lpips_vgg_net, inception, reasons
 
 
@@ -83,7 +83,8 @@ def evaluate_run(
                                                                      lpips, lpips_vgg)
     reasons = dict(reasons)
     for metric, why in reasons.items():
-        print(f"skipping {metric}: {why}", flush=True)
+        if not why.startswith("not asked for"):  # the caller turned it off: nothing to tell
+            print(f"skipping {metric}: {why}", flush=True)
     key = None
     if inception is not None:
         key = real_stats_key(cfg, split, limit, data, root)

@@ -24,6 +24,10 @@ def probe_run(run_dir: str | os.PathLike, *, limit: int | None = None, device="c
         raise ValueError(f"dataset {cfg.data.dataset!r} has no class labels: nothing to probe")
     if len(train) == 0 or len(test) == 0:
         raise ValueError("the train or test split is empty")
+    classes = len({int(train[i][1]) for i in range(len(train))})
+    if classes < 2:
+        raise ValueError(f"the probe's {len(train)} training image(s) hold {classes} class: a classifier needs "
+                         "at least 2 (raise --limit)")
     model = layout.load_model(run_dir, device)
     res = probe_autoencoder(model, DataLoader(train, batch_size=batch_size), DataLoader(test, batch_size=batch_size),
                             device, num_classes=info.num_classes, progress=progress)
@@ -54,6 +58,8 @@ def tsne_run(run_dir: str | os.PathLike, *, n: int = 2000, out_png: str | os.Pat
         print(f"t-SNE: embedding {len(test)} points of dimension {feats['quantized'].shape[1]} (scikit-learn)...",
               file=sys.stderr, flush=True)
     png = Path(out_png) if out_png else Path(run_dir) / layout.TSNE
+    if png.suffix.lower() != ".png":  # matplotlib would add ".png" itself, and eval.json name a file that is not there
+        png = png.with_name(png.name + ".png")
     res = tsne_plot(feats["quantized"], labels, out_png=png, perplexity=perplexity, seed=seed,
                     title=f"{Path(run_dir).name} ({cfg.model}, {cfg.data.dataset}): quantized latents, {len(test)} test images",
                     class_names=getattr(test, "classes", None))
