@@ -95,6 +95,7 @@ CASES = {
     "eval --device foo": (lambda r, t: ["eval", r, "--device", "foo"], ["--device", "foo"]),
     "eval --split foo": (lambda r, t: ["eval", r, "--split", "foo"], ["split", "foo"]),
     "eval --limit 0": (lambda r, t: ["eval", r, "--limit", "0"], ["--limit"]),
+    "eval --generation --no-fid": (lambda r, t: ["eval", r, "--generation", "--no-fid"], ["--generation", "--no-fid"]),
     "eval a folder that is no run": (lambda r, t: ["eval", t], ["not a trained run folder"]),
     "probe --device foo": (lambda r, t: ["probe", r, "--device", "foo"], ["foo"]),
     "tsne --n 1": (lambda r, t: ["tsne", r, "--n", "1"], ["--n"]),

@@ -48,6 +48,8 @@ def eval_command(
     at_least("--batch-size", batch_size)
     at_least("--n-samples", n_samples)
     at_least("--threads", threads)
+    if generation and not fid:
+        fail("--generation measures a FID: it cannot run with --no-fid")
     dev = device_or_fail(device)
     try:
         result = evaluate_run(run_dir, split=split, limit=limit, batch_size=batch_size, resolution=res,
