@@ -74,6 +74,10 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     downstream = {s: [DOWNSTREAM_KEYS[e] for e in es if e in DOWNSTREAM_KEYS] for s, es in serves.items()}
     restored = 0
     if plan:
+        for d, why in not_run:  # say why a requested dataset has no runs (it would be "Datasets not run")
+            print(f"not run: {d}: {why}")
+        if "ffhq" in experiments and ffhq[0] is None:
+            print(f"not run: ffhq: {ffhq[1]}")
         _print_plan(serves, levels, b, out, data_root, records)
         return None
     if records is not None:
