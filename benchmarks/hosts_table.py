@@ -38,8 +38,9 @@ def fmt(v: float | None, spec: str) -> str:
 
 
 def table(cells: dict) -> str:
-    lines = ["| host | dataset | K | quantizer | test MSE, mean (per seed) | test perplexity (lowest after step 1,000) "
-             "| x VQ-VAE step | cells TV / floor | W ratio |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| host | dataset | K | steps | quantizer | test MSE, mean (per seed) | test perplexity (lowest after step "
+             "1,000) | x VQ-VAE step | cells TV / floor | W ratio |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (host, dataset, k, steps), quantizers in sorted(cells.items()):
         means = {q: statistics.mean(r["mse"] for r in rows) for q, rows in quantizers.items()}
         spread = max((max(r["mse"] for r in rows) - min(r["mse"] for r in rows) for rows in quantizers.values()),
@@ -58,7 +59,7 @@ def table(cells: dict) -> str:
             tv = [(r["tv_cells"], r["tv_floor"]) for r in rows if "tv_cells" in r]
             w = [r["w_ratio"] for r in rows if r.get("w_ratio") is not None]
             lines.append(
-                f"| {host} | {dataset} | {k} | {q} | {mse} | {ppl:.0f} ({low:.0f}) "
+                f"| {host} | {dataset} | {k} | {steps} | {q} | {mse} | {ppl:.0f} ({low:.0f}) "
                 f"| {fmt(statistics.mean(ratio) if ratio else None, '.2f')} "
                 f"| {' / '.join(f'{a:.3f}' for a in map(statistics.mean, zip(*tv))) if tv else '-'} "
                 f"| {fmt(statistics.mean(w) if w else None, '.2f')} |")
