@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_comparison import FSQ_LEVELS, OwnRandomness, parse_settings, training_batches  # noqa: E402
+from peer_comparison import FSQ_LEVELS, OwnRandomness, parse_settings, plot, training_batches  # noqa: E402
 
 from vqwae.data import load_splits  # noqa: E402
 from vqwae.metrics.usage import CodeUsage  # noqa: E402
@@ -443,27 +443,6 @@ def write(args, names, times, curves) -> Path:
     out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves), indent=1))
     plot(curves, out.with_suffix(".png"), f"{args.host}, {args.dataset}, K = {args.num_codes}, seed {args.seed}")
     return out
-
-
-def plot(curves: dict, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for n, c in curves.items():
-        steps = [p["step"] for p in c]
-        axes[0].plot(steps, [p["perplexity"] for p in c], marker="o", label=n)
-        axes[1].plot(steps, [p["mse"] for p in c], marker="o", label=n)
-    axes[0].set(xlabel="training step", ylabel="test perplexity", title=f"{title}: codebook use")
-    axes[1].set(xlabel="training step", ylabel="test MSE", yscale="log", title="reconstruction")
-    for a in axes:
-        a.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -267,7 +267,8 @@ def _ddp_padding_only_worker(rank, world, port, path):
     dist.destroy_process_group()
 
 
-def test_ddp_rank_with_only_padding_keeps_every_buffer_identical(tmp_path):
+def _spawn_two_ranks(worker, tmp_path) -> None:
+    """``worker(rank, world, port, path)`` on 2 CPU processes (gloo, a free local port)."""
     import socket
 
     import torch.multiprocessing as mp
@@ -275,7 +276,11 @@ def test_ddp_rank_with_only_padding_keeps_every_buffer_identical(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_ddp_padding_only_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+
+
+def test_ddp_rank_with_only_padding_keeps_every_buffer_identical(tmp_path):
+    _spawn_two_ranks(_ddp_padding_only_worker, tmp_path)
     a, b = (torch.load(tmp_path / f"pad{r}.pt") for r in range(2))
     for key in a:
         assert torch.equal(a[key], b[key]), key
@@ -283,14 +288,7 @@ def test_ddp_rank_with_only_padding_keeps_every_buffer_identical(tmp_path):
 
 
 def test_ddp_on_padded_sequences_keeps_every_buffer_identical(tmp_path):
-    import socket
-
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_ddp_sequence_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    _spawn_two_ranks(_ddp_sequence_worker, tmp_path)
     a, b = (torch.load(tmp_path / f"seq{r}.pt") for r in range(2))
     for key in a:
         assert torch.equal(a[key], b[key]), key
