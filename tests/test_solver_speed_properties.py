@@ -267,8 +267,11 @@ def _ddp_worker(rank, world, port, path):
     torch.manual_seed(rank)  # different codebooks before the k-means start: it must make them equal
     q = VectorQuantizer(num_codes=16, dim=4, ema=True, init="kmeans", dead_code_threshold=2).train()
     torch.manual_seed(100 + rank)
-    for _ in range(4):
-        q(torch.randn(5, 4, 2, 2))
+    for step in range(8):
+        mask = torch.ones(5, 2, 2, dtype=torch.bool)
+        if step >= 4 and rank == 1:  # then rank 1 holds only padding: rank 0's draws still apply on both
+            mask[:] = False
+        q(torch.randn(5, 4, 2, 2), mask)
     torch.save({k: v.clone() for k, v in q.state_dict().items()}, f"{path}/kmeans-rank{rank}.pt")
     dist.destroy_process_group()
 

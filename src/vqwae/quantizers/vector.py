@@ -36,6 +36,11 @@ from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32,
 INITS = ("normal", "kmeans")
 
 
+def _draw(n: int, k: int, device) -> torch.Tensor:
+    """k row indices of n rows: distinct when n >= k, with replacement otherwise."""
+    return torch.randperm(n, device=device)[:k] if n >= k else torch.randint(0, n, (k,), device=device)
+
+
 @dataclass(frozen=True)
 class VectorOptions:
     """VQ-VAE's options (a training config's ``vqvae`` section)."""
@@ -134,8 +139,7 @@ class VectorQuantizer(Quantizer):
                 x, n = torch.zeros(1, self.dim, device=x.device), 1
         elif n == 0:
             return False
-        start = torch.randperm(n, device=x.device)[:k] if n >= k else torch.randint(0, n, (k,), device=x.device)
-        means = x[start].clone()
+        means = x[_draw(n, k, x.device)]
         counts = torch.zeros(k, device=x.device)
         for _ in range(self.config.kmeans_iters):
             idx = nearest_code(x, means)
@@ -155,21 +159,20 @@ class VectorQuantizer(Quantizer):
     def _expire_dead_codes(self, flat: torch.Tensor, keep: torch.Tensor | None) -> None:
         """dead_code_threshold: every code whose EMA count is below the threshold becomes a latent of this batch
         (distinct latents when the batch holds at least K and has no padding), its EMA count the threshold. All
-        codes are selected every step (no host read of how many died); rank 0's draw is broadcast under DDP."""
+        codes are selected every step (no host read of how many died); rank 0's draw is broadcast under DDP, with
+        whether rank 0 held a real latent to draw (a batch of padding only replaces nothing, on every rank)."""
         x = flat.reshape(-1, self.dim)
         k, threshold = self.num_codes, self.config.dead_code_threshold
         if keep is None:
-            n = x.shape[0]
-            pick = torch.randperm(n, device=x.device)[:k] if n >= k else torch.randint(0, n, (k,), device=x.device)
+            candidates, drawn = x[_draw(x.shape[0], k, x.device)], x.new_ones(())
         else:  # real latents only; the weights keep padding out (with replacement: no count of them on the host)
             weights = keep.reshape(-1).to(x.dtype) + torch.finfo(x.dtype).tiny
-            pick = torch.multinomial(weights, k, replacement=True)
-        candidates = x[pick]
+            candidates, drawn = x[torch.multinomial(weights, k, replacement=True)], keep.any().to(x.dtype)
         if is_distributed():
-            dist.broadcast(candidates, src=0)
-        dead = self.ema_cluster_size < threshold
-        if keep is not None:  # a batch of padding only replaces nothing
-            dead &= keep.any()
+            packed = torch.cat([candidates, drawn.expand(k, 1)], dim=1)  # one broadcast: draws and their validity
+            dist.broadcast(packed, src=0)
+            candidates, drawn = packed[:, :-1], packed[0, -1]
+        dead = (self.ema_cluster_size < threshold) & (drawn > 0)
         self.embedding.copy_(torch.where(dead[:, None], candidates, self.embedding))
         self.ema_cluster_size.copy_(torch.where(dead, threshold, self.ema_cluster_size))
         self.ema_embed_sum.copy_(torch.where(dead[:, None], candidates * threshold, self.ema_embed_sum))
