@@ -72,17 +72,20 @@ class ImageHost(nn.Module):
         super().__init__()
         self.encoder, self.decoder, self.dim = encoder, decoder, dim
 
-    def encode(self, x):
+    def encode(self, x, mask=None):
         z = self.encoder(x)
         return z.flatten(2).transpose(1, 2), None  # (B, 64, D), no padding
 
-    def decode(self, q, x):
+    def decode(self, q, x, mask=None):
         b, n, d = q.shape
         side = math.isqrt(n)
         return self.decoder(q.transpose(1, 2).reshape(b, d, side, side))
 
     def sq_error(self, x_hat, x, mask):  # (sum of squared errors, number of values)
         return ((x_hat.clamp(0, 1) - x) ** 2).sum(), x.numel()
+
+    def train_loss(self, x_hat, x, mask):  # the unclamped MSE trains (the evaluation clamps to the image range)
+        return F.mse_loss(x_hat, x)
 
 
 class GNBlock(nn.Module):
@@ -128,7 +131,6 @@ class SequenceHost(nn.Module):
         self.enc, self.dec = trunk(), trunk()
         self.to_latent, self.from_latent = nn.Linear(width, dim), nn.Linear(dim, width)
         self.to_patch = nn.Linear(width, self.patch_values)
-        self.lengths = None  # set per batch by ``lengths_for``
 
     @staticmethod
     def patches(x):  # (B, C, 32, 32) -> (B, 64, C*16)
@@ -143,9 +145,14 @@ class SequenceHost(nn.Module):
         h = self.dec(self.from_latent(q) + self.pos_out, src_key_padding_mask=~mask)
         return self.to_patch(h)  # (B, 64, C*16) patches
 
-    def sq_error(self, p_hat, x, mask):
+    def sq_error(self, p_hat, x, mask, clamp: bool = True):  # over the real patches
         keep = mask.unsqueeze(-1).to(p_hat.dtype)
-        return (((p_hat.clamp(0, 1) - self.patches(x)) ** 2) * keep).sum(), keep.sum() * self.patch_values
+        p_hat = p_hat.clamp(0, 1) if clamp else p_hat
+        return (((p_hat - self.patches(x)) ** 2) * keep).sum(), keep.sum() * self.patch_values
+
+    def train_loss(self, p_hat, x, mask):  # the unclamped MSE over the real patches
+        total, count = self.sq_error(p_hat, x, mask, clamp=False)
+        return total / count
 
 
 def random_mask(batch: int, generator: torch.Generator) -> torch.Tensor:
@@ -242,20 +249,13 @@ class Model(nn.Module):
         self.host, self.quantizer = host, quantizer
 
     def forward(self, x, mask):
-        z, mask = self.host.encode(x, mask) if mask is not None else self.host.encode(x)
+        z, mask = self.host.encode(x, mask)
         q, idx, qloss = self.quantizer(z, mask)
-        out = self.host.decode(q, x, mask) if mask is not None else self.host.decode(q, x)
-        return z, q, idx, qloss, out
+        return z, q, idx, qloss, self.host.decode(q, x, mask)
 
     def loss(self, x, mask):
-        z, _, _, qloss, out = self(x, mask)
-        se, n = self.host.sq_error(out, x, mask) if mask is not None else self.host.sq_error(out, x, None)
-        if mask is None:  # the unclamped MSE is what trains (the evaluation clamps to the image range)
-            rec = F.mse_loss(out, x)
-        else:
-            keep = mask.unsqueeze(-1).to(out.dtype)
-            rec = (((out - self.host.patches(x)) ** 2) * keep).sum() / (keep.sum() * self.host.patch_values)
-        return rec + qloss
+        _, _, _, qloss, out = self(x, mask)
+        return self.host.train_loss(out, x, mask) + qloss
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
@@ -324,7 +324,7 @@ def _wasserstein_levels(quantizer: nn.Module) -> list:
 def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None, seed: int) -> dict:
     model.eval()
     se = count = 0.0
-    usage, tokens, latent_sq = None, [], 0.0
+    usage, tokens = None, []
     for i in range(0, len(test_x), 500):
         x = test_x[i:i + 500]
         mask = None if test_mask is None else test_mask[i:i + 500]
@@ -338,12 +338,10 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
         for level, u in enumerate(usage):
             u.update(idx[..., level][keep])
         tokens.append(z if mask is None else z[keep])
-        latent_sq += float((z[keep] ** 2).sum())
     model.train()
-    real = torch.cat(tokens)  # (B, N, D) or (N, D) when masked
-    n_real = real.shape[0] * (real.shape[1] if real.dim() == 3 else 1)
+    real = torch.cat(tokens)  # (B, N, D) or (N, D) when masked: the real test latents
     row = dict(mse=se / count, perplexity=min(u.perplexity for u in usage), codes_used=min(u.codes_used for u in usage),
-               latent_rms=math.sqrt(latent_sq / (n_real * real.shape[-1])))
+               latent_rms=float(real.pow(2).mean().sqrt()))
     if len(usage) > 1:
         row["perplexity_per_level"] = [u.perplexity for u in usage]
     levels = _wasserstein_levels(model.quantizer)
@@ -429,11 +427,11 @@ def write(args, names, times, curves) -> Path:
     vq = statistics.median(times["VQ-VAE"]) if "VQ-VAE" in times else None
     rows = [dict(quantizer=n, ms_per_step=1000 * statistics.median(times[n]),
                  ratio_to_vqvae=statistics.median(times[n]) / vq if vq else None, **curves[n][-1]) for n in names]
-    import vector_quantize_pytorch
+    from importlib.metadata import version
 
     meta = dict(host=args.host, dataset=args.dataset, num_codes=args.num_codes, steps=args.steps, seed=args.seed,
                 date=datetime.now(timezone.utc).isoformat(), torch=torch.__version__,
-                vector_quantize_pytorch=vector_quantize_pytorch.__version__ if hasattr(vector_quantize_pytorch, "__version__") else "1.32.0",
+                vector_quantize_pytorch=version("vector-quantize-pytorch"),
                 machine=f"{platform.machine()} {torch.get_num_threads()} thread(s)",
                 command="python benchmarks/hosts.py " + " ".join(sys.argv[1:]))
     stem = f"host_{args.host}_{args.dataset}_k{args.num_codes}_{args.steps}_seed{args.seed}" + (

@@ -112,10 +112,16 @@ class WassersteinOptions:
     def __post_init__(self):
         check_fields(self)
 
+    @property
+    def splits_dead_cells(self) -> bool:
+        """Whether split_dead acts: it splits the transport codebook's EMAs and the semidiscrete potential."""
+        return bool(self.split_dead) and (self.codebook_update, self.solver) == ("transport", "semidiscrete")
+
     def unread(self) -> tuple[str, ...]:
-        """The options this configuration never reads (a run's identity leaves them out, so that adding one does
-        not change the identity of runs it cannot affect)."""
-        return () if (self.codebook_update, self.solver) == ("transport", "semidiscrete") else ("split_dead",)
+        """The options this configuration never reads, or holds at the value that does what vqwae did before the
+        option existed (a run's identity leaves them out, so that adding one does not change the identity of
+        runs it cannot affect)."""
+        return () if self.splits_dead_cells else ("split_dead",)
 
 
 @dataclass(frozen=True)
@@ -312,7 +318,7 @@ class WassersteinQuantizer(Quantizer):
             self.transport_mass.mul_(decay).add_(mass, alpha=1 - decay)
             self.transport_sum.mul_(decay).add_(sums, alpha=1 - decay)
         self.transport_steps += 1 if live is None else live.long()
-        if self.config.split_dead and hasattr(self.solver, "scale"):
+        if self.config.splits_dead_cells:
             self._split_dead_cells(live)
         seen = self.transport_mass > 0  # a code the plan never reached keeps its place
         centroid = self.transport_sum / self.transport_mass.clamp_min(torch.finfo(x.dtype).tiny).unsqueeze(1)
@@ -343,17 +349,18 @@ class WassersteinQuantizer(Quantizer):
         if live is not None:  # under DDP, a step without latents on any rank splits nothing
             split &= live
         c = self.embedding
-        radius = (self.solver.scale / self.dim).sqrt()  # per-dimension spread of a cell (scale: quantization error)
         away = c[lo] - c[hi]
+        # 0.1 of a cell's radius, sqrt(scale) = sqrt(D) x the per-dimension spread (scale: the solver's EMA of the
+        # quantization error), towards the dead code's old place
+        radius = (self.solver.scale / self.dim).sqrt()
         u = 0.1 * radius * away / away.norm(dim=1, keepdim=True).clamp_min(tiny) * self.dim ** 0.5
         half = self.transport_mass[hi] / 2
-        mask, mask_m = split.unsqueeze(1), split
-        self.transport_mass[lo] = torch.where(mask_m, half, self.transport_mass[lo])
-        self.transport_mass[hi] = torch.where(mask_m, half, self.transport_mass[hi])
-        self.transport_sum[lo] = torch.where(mask, (c[hi] + u) * half.unsqueeze(1), self.transport_sum[lo])
-        self.transport_sum[hi] = torch.where(mask, (c[hi] - u) * half.unsqueeze(1), self.transport_sum[hi])
+        self.transport_mass[lo] = torch.where(split, half, self.transport_mass[lo])
+        self.transport_mass[hi] = torch.where(split, half, self.transport_mass[hi])
+        self.transport_sum[lo] = torch.where(split[:, None], (c[hi] + u) * half[:, None], self.transport_sum[lo])
+        self.transport_sum[hi] = torch.where(split[:, None], (c[hi] - u) * half[:, None], self.transport_sum[hi])
         potential = self.solver.potential  # (G, K)
-        potential[:, lo] = torch.where(mask_m, potential[:, hi], potential[:, lo])
+        potential[:, lo] = torch.where(split, potential[:, hi], potential[:, lo])
 
     @torch.no_grad()
     def _init_codebook_from(self, flat: torch.Tensor) -> bool:

@@ -57,7 +57,7 @@ def run_dir_for(out: Path, spec: RunSpec, values: dict) -> Path:
 
 def trained(history: list[dict], epochs: int, max_steps: int | None) -> bool:
     """Whether a run whose metrics.jsonl holds ``history`` has finished training (all epochs, or max_steps)."""
-    done = max((m.get("epoch", 0) for m in history), default=0)
+    done = layout.last_epoch(history)
     last_step = history[-1].get("step", 0) if history else 0
     return done >= epochs or (max_steps is not None and last_step >= max_steps)
 

@@ -31,7 +31,7 @@ def run_demo(out: Path, *, epochs: int = 12, num_codes: int = 128, device: str =
         run = out / model
         cfg = TrainConfig.resolve(model=model, dataset="digits", out=str(run), epochs=epochs, num_codes=num_codes,
                                   device=device, threads=threads)
-        done = max((m.get("epoch", 0) for m in layout.read_metrics(run)), default=0)
+        done = layout.last_epoch(layout.read_metrics(run))
         if (run / layout.STATE).exists() and done >= epochs:  # a finished run is reused as it is, config and all
             say(f"== {model}: {run} has trained {done} epochs already (>= {epochs}); reusing it")
         else:

@@ -82,8 +82,9 @@ def evaluate_run(
     lpips_net, lpips_vgg_net, inception, reasons = _metric_networks(inception_weights, lpips_weights, str(dev), fid,
                                                                      lpips, lpips_vgg)
     reasons = dict(reasons)
+    asked = {"lpips": lpips, "lpips_vgg": lpips_vgg, "rfid": fid}
     for metric, why in reasons.items():
-        if not why.startswith("not asked for"):  # the caller turned it off: nothing to tell
+        if asked[metric]:  # a metric the caller turned off needs no word
             print(f"skipping {metric}: {why}", flush=True)
     key = None
     if inception is not None:

@@ -127,6 +127,11 @@ def load_model(run_dir: PathLike, device="cpu") -> VQAutoencoder:
     return VQAutoencoder.from_pretrained(run_dir, map_location="cpu").to(device).eval()
 
 
+def last_epoch(history: list[dict]) -> int:
+    """The last epoch metrics.jsonl records (``history`` as ``read_metrics`` returns it; 0 for none)."""
+    return max((m.get("epoch", 0) for m in history), default=0)
+
+
 def read_metrics(run_dir: PathLike) -> list[dict]:
     """metrics.jsonl as a list of dicts ([] when there is none; a line cut short by a crash is skipped)."""
     p = Path(run_dir) / METRICS

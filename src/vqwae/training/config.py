@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,8 +220,7 @@ def _flatten_paths(nested: dict, prefix: str = "") -> dict:
 
 def _unique_keys(pairs: list) -> dict:
     """A JSON object whose keys are all distinct (a repeated key is an error, not a silent last-one-wins)."""
-    keys = [k for k, _ in pairs]
-    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    repeated = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
     if repeated:
         raise ValueError(f"repeated keys {repeated}")
     return dict(pairs)
@@ -247,7 +247,10 @@ def load_config_file(path: str | Path) -> dict:
         raise FileNotFoundError(f"config file {p} not found")
     text = p.read_text()
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys) if p.suffix == ".json" else yaml.load(text, _UniqueKeyLoader)
+        if p.suffix == ".json":
+            data = json.loads(text, object_pairs_hook=_unique_keys)
+        else:
+            data = yaml.load(text, _UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except (json.JSONDecodeError, yaml.YAMLError, ValueError) as e:
         raise ValueError(f"config file {p} could not be parsed: {' '.join(str(e).split())}") from e  # one line
     if not isinstance(data, dict):

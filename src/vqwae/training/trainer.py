@@ -163,7 +163,7 @@ def _check_run_dir(run_dir: Path, resume: bool) -> None:
         # state.pt is written after each epoch's metrics line, so a run killed during its first state write
         # records one epoch (it restarts); a run that records more has lost its state.pt: restarting would
         # silently replace its weights and metrics
-        epochs = max((m.get("epoch", 0) for m in layout.read_metrics(run_dir)), default=0)
+        epochs = layout.last_epoch(layout.read_metrics(run_dir))
         if epochs > 1:
             raise FileNotFoundError(f"cannot resume: {run_dir / layout.STATE} is missing, yet {run_dir} records "
                                     f"{epochs} trained epochs; nothing was changed (restore the file, or train into "
