@@ -18,9 +18,9 @@ def test_every_option_has_one_flat_name_a_help_and_a_flag():
     names = [leaf.flat for leaf in leaves(TrainConfig)]
     assert len(names) == len(set(names))
     assert all(leaf.help for leaf in leaves(TrainConfig))
-    # a method's options reach the training config without being listed anywhere else
+    # a method's options reach the training config without being listed anywhere else; --help-all lists them all
     assert {f"{leaf.flat}" for leaf in leaves(WassersteinOptions)} <= set(names)
-    helptext = subprocess.run([sys.executable, "-m", "vqwae", "train", "--help"], capture_output=True, text=True,
+    helptext = subprocess.run([sys.executable, "-m", "vqwae", "train", "--help-all"], capture_output=True, text=True,
                               env={"COLUMNS": "250", "PATH": ""}).stdout
     for name in names:
         if name not in ("out", "preset"):  # --out and --preset are the command's own options

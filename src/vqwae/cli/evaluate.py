@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 
-
 import typer
 
-from vqwae.cli.common import DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail
+from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail,
+                              threads_on)
 from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
 from vqwae.runs.generation import run_generation_fid
@@ -55,9 +55,10 @@ def eval_command(
         result = evaluate_run(run_dir, split=split, limit=limit, batch_size=batch_size, resolution=res,
                               inception_weights=inception_weights, lpips_weights=lpips_weights, fid=fid,
                               lpips=lpips, lpips_vgg=lpips_vgg, device=dev, data_root=data_root, threads=threads)
-        if generation:
-            result = run_generation_fid(run_dir, n=n_samples, inception_weights=inception_weights,
-                                        device=dev, limit=limit)
+        if generation:  # the prior's sampling and the Inception network obey --threads / VQWAE_THREADS too
+            with threads_on(dev, threads):
+                result = run_generation_fid(run_dir, n=n_samples, inception_weights=inception_weights,
+                                            device=dev, limit=limit, progress=True)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     typer.echo(f"\n{run_dir}  ({result.get('model')} on {result.get('dataset')}, {split} split, "

@@ -1,6 +1,7 @@
 """The ``vqwae`` command line: each command lives in its own module and only parses and calls the library."""
 import typer
 
+from vqwae.cli.codes import decode_command, encode_command
 from vqwae.cli.common import disk_errors
 from vqwae.cli.demo import demo_command
 from vqwae.cli.evaluate import eval_command
@@ -20,6 +21,6 @@ def main() -> None:
 
 for name, command in (("train", train_command), ("eval", eval_command), ("demo", demo_command),
                       ("reproduce", reproduce_command), ("sample", sample_command), ("probe", probe_command),
-                      ("tsne", tsne_command)):
+                      ("tsne", tsne_command), ("encode", encode_command), ("decode", decode_command)):
     app.command(name)(disk_errors(command))
 app.add_typer(prior_app, name="prior")

@@ -52,6 +52,10 @@ def prior_train_command(
     seed: int = Opt(0),
     refresh_codes: bool = Opt(False, "--refresh-codes", help="Re-extract the code grids even if cached."),
     force: bool = Opt(False, "--force", help="Replace a trained prior already in the prior folder."),
+    codes: Path | None = Opt(None, "--codes", help="Train on this codes file (`vqwae encode RUN --split train`) "
+                                                      "instead of extracting the run's training codes."),
+    val_codes: Path | None = Opt(None, "--val-codes", help="With --codes: validation codes (`--split val`); "
+                                                              "without them the best epoch is chosen by training NLL."),
 ) -> None:
     """Fit the PixelCNN prior to the run's training codes; writes RUN_DIR/prior (NLL in bits per code)."""
 
@@ -63,6 +67,8 @@ def prior_train_command(
     if lr <= 0:
         fail(f"--lr must be > 0, got {lr}")
     at_least("--threads", threads)
+    if val_codes is not None and codes is None:
+        fail("--val-codes goes with --codes (the training codes file)")
     dev = device_or_fail(device)
     out_dir = out if out is not None else run_dir / layout.PRIOR
     if holds_prior(out_dir) and not force:
@@ -75,17 +81,20 @@ def prior_train_command(
             result, summary = train_and_record_prior(
                 run_dir, conditional=conditional, epochs=epochs, batch_size=batch_size, lr=lr, hidden_channels=hidden,
                 num_layers=layers, max_steps=max_steps, device=dev, train_limit=train_limit, eval_limit=eval_limit,
-                out_dir=out_dir, data_root=data_root, seed=seed, progress=show_progress(), refresh_codes=refresh_codes)
+                out_dir=out_dir, data_root=data_root, seed=seed, progress=show_progress(), refresh_codes=refresh_codes,
+                codes_file=codes, val_codes_file=val_codes, on_epoch=_print_epoch)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
-    for row in result.history:
-        val = "-" if row["val_bpc"] is None else f"{row['val_bpc']:.4f}"
-        typer.echo(f"epoch {row['epoch']:>3}  steps {row['steps']:>6}  train {row['train_bpc']:.4f}  "
-                   f"val {val} bits/code  ({row['seconds']:.1f} s)")
     typer.echo(f"{'class-conditional' if conditional else 'unconditional'} prior: best epoch {result.best_epoch}, "
                f"NLL {result.best_val_bpc:.4f} bits/code (uniform: {summary['uniform_bpc']:.3f}), "
                f"{summary['num_train']} train grids {tuple(summary['grid'])}, {result.steps} steps -> {result.out_dir}")
     print_wall(t0)
+
+
+def _print_epoch(row: dict) -> None:
+    val = "-" if row["val_bpc"] is None else f"{row['val_bpc']:.4f}"
+    typer.echo(f"epoch {row['epoch']:>3}  steps {row['steps']:>6}  train {row['train_bpc']:.4f}  "
+               f"val {val} bits/code  ({row['seconds']:.1f} s)")
 
 
 # ---- vqwae sample --------------------------------------------------------------------------------------

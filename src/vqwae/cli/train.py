@@ -5,17 +5,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-
 import typer
 
 from vqwae.cli.common import fail
 from vqwae.cli.options import with_config_options
-from vqwae.runs.layout import CONFIG, resume_config
+from vqwae.runs.layout import CONFIG, STATE, last_epoch, read_metrics, resume_config
 from vqwae.runs.lock import RunFolderBusy
 from vqwae.training import TrainConfig, TrainingDiverged, train
 
 
-@with_config_options(TrainConfig, skip=("out", "preset"))
+# What `vqwae train --help` lists (`--help-all`: every option): the choices most runs make. Every other option is
+# accepted all the same; a new option is advanced until it is named here.
+COMMON = ("model", "dataset", "data_root", "num_codes", "dim", "shared_pi", "arch", "epochs", "max_steps",
+          "batch_size", "lr", "train_limit", "eval_limit", "num_workers", "device", "precision", "threads", "seed",
+          "logger")
+
+
+@with_config_options(TrainConfig, skip=("out", "preset"), common=COMMON)
 def train_command(
     out: Path = typer.Option(..., "--out", help="Run folder (RUN_DIR): config, weights, metrics, resumable state."),
     config: Path | None = typer.Option(None, "--config", help="YAML or JSON file of options (flat names or "
@@ -38,8 +44,23 @@ def train_command(
         else:
             cfg = TrainConfig.resolve(preset=preset, config_file=config, **options)
         result = train(cfg, resume=resume)
+    except KeyboardInterrupt:
+        _interrupted(out)
     except (TrainingDiverged, RunFolderBusy, ValueError, FileNotFoundError, FileExistsError) as e:
         fail(str(e))
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one line for the run, not one per rank
         typer.echo(f"done: {result.epochs_completed} epochs, {result.steps} steps, best val MSE {result.best_val_mse:.6f} "
                    f"-> {result.run_dir}")
+
+
+def _interrupted(out: Path) -> None:
+    """Ctrl-C: say what was kept and how to go on (exit 130, the shell's code for SIGINT)."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        if (out / STATE).is_file():
+            epochs = last_epoch(read_metrics(out))
+            typer.echo(f"\ninterrupted: {out} keeps its last completed epoch ({epochs}); continue with "
+                       f"`vqwae train --out {out} --resume`", err=True)
+        else:
+            typer.echo(f"\ninterrupted before the first epoch ended: nothing was saved in {out}; run the same "
+                       "command again to start over", err=True)
+    raise typer.Exit(130)

@@ -12,11 +12,15 @@ any images), ``digits`` (1x32x32, scikit-learn's embedded digits). Each module d
 splits. Splits are held in memory as one tensor (:class:`ImageTensorDataset`), except FFHQ and CelebA-HQ,
 read from their files on each access (:class:`~vqwae.data.images.ImageFileDataset`); decoded JPEG folders
 are cached under ``$VQWAE_CACHE`` (default ``~/.cache/vqwae``).
+
+A data set's *codes* (``vqwae encode``) are read back by :class:`CodesDataset` (:mod:`vqwae.data.codes`).
 """
 from .base import (CorruptImageError, DatasetInfo, DatasetNotFoundError, ImageTensorDataset,
                    Splits)
 from .cache import cache_dir
+from .codes import CodesDataset, CodesMeta, load_codes, save_codes
 from .registry import DATASETS, LOADERS, load_split, load_splits, register_dataset
 
 __all__ = ["load_splits", "load_split", "DATASETS", "DatasetInfo", "Splits", "ImageTensorDataset",
-           "DatasetNotFoundError", "CorruptImageError", "register_dataset", "cache_dir", "LOADERS"]
+           "DatasetNotFoundError", "CorruptImageError", "register_dataset", "cache_dir", "LOADERS",
+           "CodesDataset", "CodesMeta", "load_codes", "save_codes"]

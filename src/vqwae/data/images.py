@@ -32,7 +32,8 @@ __all__ = ["IMG_EXTENSIONS", "list_images", "scan_class_tree", "interleave", "de
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff", ".ppm", ".pgm")
 
 
-def _is_image(name: str) -> bool:
+def is_image(name: str) -> bool:
+    """Whether a file name is an image vqwae reads (by extension; hidden files are not)."""
     return name.lower().endswith(IMG_EXTENSIONS) and not name.startswith(".")
 
 
@@ -45,7 +46,7 @@ def list_images(folder) -> list[str]:
     out: list[str] = []
     for dirpath, dirnames, filenames in os.walk(str(folder), followlinks=True):
         dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        out.extend(os.path.join(dirpath, f) for f in filenames if _is_image(f))
+        out.extend(os.path.join(dirpath, f) for f in filenames if is_image(f))
     out.sort()
     return out
 
@@ -78,7 +79,7 @@ def scan_class_tree(folder: Path, classes: Sequence[str] | None = None,
     subdirs = sorted(d.name for d in os.scandir(folder) if d.is_dir() and not d.name.startswith("."))
     per_class = {d: list_images(folder / d) for d in subdirs}
     per_class = {d: fs for d, fs in per_class.items() if fs}
-    top = [f.name for f in os.scandir(folder) if f.is_file() and _is_image(f.name)]
+    top = [f.name for f in os.scandir(folder) if f.is_file() and is_image(f.name)]
     if not per_class or top:
         files = list_images(folder)
         return files, [0] * len(files), None

@@ -32,7 +32,9 @@ def _draw(ax, counts, *, pi=None, sort: bool, color: str = "tab:blue", show_lege
     order = np.argsort(-freq, kind="stable") if sort else np.arange(k)
     x = np.arange(k)
     top = max(float(freq.max()) if k else 0.0, 1.0 / k)
-    ax.bar(x, freq[order], width=1.0, color=color, alpha=0.75, linewidth=0, label="code usage (frequency)")
+    # One filled step outline, not K bars: the same picture, drawn in constant time (65,536 bars took ~30 s).
+    ax.stairs(freq[order], np.arange(k + 1) - 0.5, fill=True, color=color, alpha=0.75, linewidth=0,
+              label="code usage (frequency)")
     ax.axhline(1.0 / k, color="gray", linestyle="--", linewidth=1, label=f"uniform 1/K = {1.0 / k:.2g}")
     if pi is not None:
         pi_v = to_numpy_1d(pi)

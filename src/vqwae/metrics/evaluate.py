@@ -22,13 +22,12 @@ metrics are still computed.
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from typing import Any, Iterable, Mapping
 
 import torch
-from tqdm.auto import tqdm
 
+from vqwae.progress import progress_bar
 from vqwae.metrics.fid import (
     FIDStatsCache,
     InceptionFeatures,
@@ -58,7 +57,7 @@ def _indices_of(out: Any) -> torch.Tensor:
 def _progress(iterable: Iterable, enabled: bool, total: int | None):
     if not enabled:
         return iterable
-    return tqdm(iterable, total=total, desc="evaluate", unit="batch", file=sys.stderr, leave=False)
+    return progress_bar(iterable, total=total, desc="evaluate", unit="batch")
 
 
 def evaluate_reconstructions(

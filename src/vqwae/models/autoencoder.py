@@ -4,6 +4,11 @@
     x_hat, out = model(x)               # out: QuantizerOutput
     model.save_pretrained("runs/m1")    # model.safetensors + model_config.json
     same = VQAutoencoder.from_pretrained("runs/m1")
+    codes = model.encode(x)             # (B, h, w) code indices; (B, h, w, L) with a ResidualQuantizer of L levels
+    x_hat = model.decode_indices(codes) # (B, C, S, S): equal to model(x)[0] in eval mode
+
+Any quantizer of ``vqwae.quantizers`` fits, ``ResidualQuantizer`` included (``VQAutoencoder(encoder, rq,
+decoder, network_config)``); ``save_pretrained`` / ``from_pretrained`` keep it.
 """
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ from torch import nn
 
 from vqwae.models.networks import NetworkConfig, build_networks
 from vqwae.models.pretrained import PretrainedMixin
-from vqwae.quantizers import Quantizer, QuantizerOutput, build_quantizer, upgrade_quantizer_config
+from vqwae.quantizers import (Quantizer, QuantizerOutput, ResidualQuantizer, build_quantizer,
+                              upgrade_quantizer_config)
 
 
 class VQAutoencoder(PretrainedMixin, nn.Module):
@@ -43,6 +49,16 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
             raise ValueError(f"quantizer dim {quantizer.dim} != network latent_dim {network.latent_dim}")
         return cls(enc, quantizer, dec, network)
 
+    @property
+    def image_size(self) -> int | None:
+        """The image side the network was built for (None for a model built without a network config)."""
+        return None if self.network_config is None else self.network_config.image_side
+
+    @property
+    def num_codes(self) -> int:
+        """K: every code index lies in [0, K)."""
+        return int(self.quantizer.num_codes)
+
     def check_images(self, x: torch.Tensor) -> None:
         """Images must be a floating-point (B, C, S, S) batch with the network's channels (values in [0, 1])."""
         if not isinstance(x, torch.Tensor):
@@ -66,13 +82,16 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
 
     @torch.no_grad()
     def encode(self, x: torch.Tensor) -> torch.Tensor:
-        """Images (B, C, S, S) -> code indices (B, h, w)."""
+        """Images (B, C, S, S) in [0, 1] -> code indices (B, h, w) int64 (h = w = S / 4 for the paper's networks,
+        S / f for VQGAN), with a trailing level axis (B, h, w, L) for a ``ResidualQuantizer``. Call it in eval
+        mode: in training mode the quantizer's forward updates its codebook."""
         self.check_images(x)
         return self.quantizer(self.encoder(x), compute_loss=False).indices
 
     @torch.no_grad()
     def decode_indices(self, indices: torch.Tensor) -> torch.Tensor:
-        """Code indices (B, h, w) -> images (B, C, S, S)."""
+        """Code indices as ``encode`` returns them, (B, h, w) or (B, h, w, L) -> images (B, C, S, S); in eval mode
+        ``decode_indices(encode(x))`` equals ``model(x)[0]`` exactly."""
         return self.decoder(self.quantizer.indices_to_latents(indices))
 
     # ---- persistence (PretrainedMixin) -----------------------------------------------------------------
@@ -84,10 +103,15 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
     @classmethod
     def _from_config_dict(cls, config: dict, version: int) -> "VQAutoencoder":
         qcfg = dict(config["quantizer"])
+        network = NetworkConfig(**config["network"])
+        if qcfg.get("kind") == ResidualQuantizer.kind:
+            enc, dec = build_networks(network)
+            rq = ResidualQuantizer.from_config_dict(
+                qcfg, lambda kind, options: build_quantizer(kind, **upgrade_quantizer_config(kind, options, version)))
+            return cls(enc, rq, dec, network)
         kind = qcfg.pop("kind")
         # The construction order (networks, then quantizer) is from_config's: the same seed gives the same model.
-        return cls.from_config(NetworkConfig(**config["network"]), kind,
-                               **upgrade_quantizer_config(kind, qcfg, version))
+        return cls.from_config(network, kind, **upgrade_quantizer_config(kind, qcfg, version))
 
     def _check_loaded(self, missing: list[str], unexpected: list[str], where: Path) -> None:
         """Buffers added by a later vqwae (solver state) keep their initial values, with a warning; missing

@@ -75,6 +75,11 @@ class NetworkConfig:
             raise ValueError("a vqgan network needs image_size")
 
     @property
+    def image_side(self) -> int:
+        """The image side S the network takes: 32 (conv32), 64 (conv64) or ``image_size`` (vqgan)."""
+        return {"conv32": 32, "conv64": 64}.get(self.arch, self.image_size)
+
+    @property
     def factor(self) -> int:
         """Downsampling factor f: image side / latent side."""
         return 2 ** (len(int_list(self.ch_mult, "ch_mult")) - 1) if self.arch == "vqgan" else 4

@@ -10,11 +10,13 @@ The Hub is still reachable through ``hf_hub_download`` when the argument is not 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
 import torch
+from torch import nn
 from safetensors.torch import load_file, save_file
 
 from vqwae.files import atomic_path, atomic_write_text
@@ -80,6 +82,36 @@ class PretrainedMixin:
                              f"{mismatches[0] if mismatches else e}") from None
         model._check_loaded(list(missing), list(unexpected), w_path)
         return model.to(map_location).eval()
+
+
+def weights_fingerprint(source: str | Path | nn.Module) -> str:
+    """A sha256 hex digest identifying autoencoder weights.
+
+    source: a weights file (hash of its bytes), a directory (hash of every ``*.safetensors``, ``*.pt`` and
+    ``*.pth`` file in it, sorted by name) or an ``nn.Module`` (hash of its state dict: names, dtypes,
+    shapes and values)."""
+    h = hashlib.sha256()
+    if isinstance(source, nn.Module):
+        for name, t in sorted(source.state_dict().items()):
+            t = t.detach().cpu().contiguous()
+            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        return h.hexdigest()
+    p = Path(source)
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in {".safetensors", ".pt", ".pth"})
+        if not files:
+            raise FileNotFoundError(f"no weights (*.safetensors, *.pt, *.pth) in {p}")
+    elif p.is_file():
+        files = [p]
+    else:
+        raise FileNotFoundError(p)
+    for f in files:
+        h.update(f.name.encode() + b"|")
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
 
 
 def _resolve(source: str | os.PathLike, config_name: str) -> Path:

@@ -7,7 +7,7 @@ makes sampling a grid of H rows cost about (H+1)/(2H) of H*W full forward passes
 from __future__ import annotations
 
 import torch
-from tqdm.auto import tqdm
+from vqwae.progress import progress_bar
 
 from vqwae.prior.pixelcnn import GatedPixelCNN
 
@@ -67,8 +67,8 @@ def sample(
     prior.eval()
     try:
         starts = range(0, n, batch_size)
-        with tqdm(total=len(starts) * H * W, desc="sampling codes", unit="pos", disable=not progress,
-                  leave=False) as bar:
+        with progress_bar(total=len(starts) * H * W, desc="sampling codes" if progress else None,
+                          unit="pos") as bar:
             for s in starts:
                 b = min(batch_size, n - s)
                 codes = torch.zeros(b, H, W, dtype=torch.long, device=device)

@@ -5,18 +5,20 @@ a uniform prior scores log2 K.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vqwae.files import atomic_torch_save
+from vqwae.files import atomic_torch_save, atomic_write_text
+from vqwae.models.pretrained import weights_fingerprint  # noqa: F401  (re-exported: vqwae.prior's API)
+from vqwae.progress import progress_bar
 from vqwae.prior.pixelcnn import WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
 
 LN2 = math.log(2.0)
@@ -47,36 +49,6 @@ def extract_codes(model: nn.Module, loader, device: str | torch.device = "cpu") 
     if not codes:
         raise ValueError("the loader yielded no batches")
     return torch.cat(codes), torch.cat(labels)
-
-
-def weights_fingerprint(source: str | Path | nn.Module) -> str:
-    """A sha256 hex digest identifying autoencoder weights.
-
-    source: a weights file (hash of its bytes), a directory (hash of every ``*.safetensors``, ``*.pt`` and
-    ``*.pth`` file in it, sorted by name) or an ``nn.Module`` (hash of its state dict: names, dtypes,
-    shapes and values)."""
-    h = hashlib.sha256()
-    if isinstance(source, nn.Module):
-        for name, t in sorted(source.state_dict().items()):
-            t = t.detach().cpu().contiguous()
-            h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        return h.hexdigest()
-    p = Path(source)
-    if p.is_dir():
-        files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in {".safetensors", ".pt", ".pth"})
-        if not files:
-            raise FileNotFoundError(f"no weights (*.safetensors, *.pt, *.pth) in {p}")
-    elif p.is_file():
-        files = [p]
-    else:
-        raise FileNotFoundError(p)
-    for f in files:
-        h.update(f.name.encode() + b"|")
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
 
 
 def cached_codes(
@@ -173,6 +145,7 @@ def train_prior(
     device: str | torch.device = "cpu",
     max_steps: int | None = None,
     progress: bool = False,
+    on_epoch: Callable[[dict], None] | None = None,
 ) -> PriorTrainResult:
     """Fit a gated PixelCNN to code grids with Adam; keep the best epoch by validation NLL.
 
@@ -181,6 +154,7 @@ def train_prior(
     seconds, lr) and ``train_summary.json``. NLLs are in bits per code; log2(K) is the uniform baseline.
     ``max_steps`` caps the total number of optimizer steps (the epoch in progress is then evaluated and
     training stops). Class-conditional when ``config.num_classes`` is set (labels then required).
+    ``on_epoch(row)`` is called with each epoch's metrics row as soon as it is written (a command prints it).
     """
     K = config.num_codes
     codes_train = _check_codes("codes_train", codes_train, K)
@@ -220,9 +194,7 @@ def train_prior(
         tot, cnt = 0.0, 0
         batches = range(0, N, batch_size)
         if progress:
-            from tqdm.auto import tqdm
-
-            batches = tqdm(batches, desc=f"prior epoch {epoch}", leave=False)
+            batches = progress_bar(batches, desc=f"prior epoch {epoch}", unit="batch")
         for s in batches:
             idx = perm[s:s + batch_size].to(device)
             x = codes_train[idx]
@@ -243,6 +215,8 @@ def train_prior(
         history.append(row)
         with open(metrics_path, "a") as fh:
             fh.write(json.dumps(row) + "\n")
+        if on_epoch is not None:
+            on_epoch(row)
         score = val_bpc if val_bpc is not None else train_bpc
         if score < best_bpc:
             best_bpc, best_epoch = score, epoch
@@ -260,6 +234,6 @@ def train_prior(
                "epochs_run": len(history), "batch_size": batch_size, "lr": lr, "seed": seed,
                "num_train": N, "num_val": None if codes_val is None else int(codes_val.shape[0]),
                "grid": list(codes_train.shape[1:]), "weights": WEIGHTS_NAME}
-    (out_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(out_dir / SUMMARY_NAME, json.dumps(summary, indent=2) + "\n")
     return PriorTrainResult(model=model, out_dir=out_dir, best_epoch=best_epoch, best_val_bpc=best_bpc,
                             steps=steps, history=history)

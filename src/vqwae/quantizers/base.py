@@ -159,13 +159,14 @@ class Quantizer(nn.Module):
         return nearest_code(flat.detach().reshape(b * m, d), self.codebook.detach().float()).view(b, m)
 
     def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
-        """(B, *positions) long -> the codewords in the input's layout, equal to ``quantized`` at eval time."""
+        """(B, *positions) long -> the codewords in the input's layout, equal to ``quantized`` at eval time (values
+        and memory layout: a decoder then computes exactly what it computes in the forward pass)."""
         if indices.dtype != torch.long:
             raise TypeError(f"indices must be int64, got {indices.dtype}")
         if indices.numel() and (indices.min() < 0 or indices.max() >= self.num_codes):
             raise ValueError(f"indices must lie in [0, {self.num_codes}), got [{int(indices.min())}, {int(indices.max())}]")
         latents = F.embedding(indices, self.codebook)  # (B, *positions, D)
-        return latents if self.config.channel_last else latents.movedim(-1, 1).contiguous()
+        return latents if self.config.channel_last else latents.movedim(-1, 1)
 
     def batch_perplexity(self, indices: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Perplexity of this batch's usage histogram (the unmasked latents'), summed over DDP ranks when

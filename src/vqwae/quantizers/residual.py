@@ -42,6 +42,8 @@ class ResidualOutput(QuantizerOutput):
 class ResidualQuantizer(nn.Module):
     """``num_levels`` quantizers made by ``quantizer_factory()``, each quantizing the previous levels' residual."""
 
+    kind = "residual"  # the name a saved model's config gives it (``VQAutoencoder``)
+
     def __init__(self, quantizer_factory: Callable[[], Quantizer], num_levels: int, *, dropout: bool = False):
         super().__init__()
         if not isinstance(num_levels, int) or num_levels < 1:
@@ -54,6 +56,7 @@ class ResidualQuantizer(nn.Module):
             if q.dim != first.dim or q.config.channel_last != first.config.channel_last:
                 raise ValueError("every level must share the latent dim and layout")
         self.num_levels, self.dim, self.dropout = num_levels, first.dim, dropout
+        self.num_codes = max(q.num_codes for q in self.levels)  # what an index of any level fits in
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *, num_levels: int | None = None,
                 compute_loss: bool | None = None) -> ResidualOutput:
@@ -73,7 +76,7 @@ class ResidualQuantizer(nn.Module):
         unused = self.num_levels - n
         indices += [torch.full_like(indices[0], -1)] * unused
         perplexity = torch.stack(perplexity + [torch.full_like(perplexity[0], float("nan"))] * unused)
-        quantized = z + (total - z).detach()  # one straight-through estimator for the stack
+        quantized = total + (z - z.detach())  # one straight-through estimator for the stack (the value: exactly total)
         loss = sum(losses.values()) if losses else quantized.new_zeros(())
         return ResidualOutput(quantized=quantized, indices=torch.stack(indices, -1), loss=loss, losses=losses,
                               perplexity=perplexity, levels_used=n)
@@ -86,6 +89,25 @@ class ResidualQuantizer(nn.Module):
         if self.dropout and self.training:
             return random.randint(1, self.num_levels)
         return self.num_levels
+
+    def reconstruction_loss(self, x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The data term of the levels' method (``Quantizer.reconstruction_loss``)."""
+        return self.levels[0].reconstruction_loss(x_hat, x)
+
+    def config_dict(self) -> dict:
+        """What rebuilds the stack (``from_config_dict``): the levels' shared config, their number, the dropout.
+        Levels made by one factory share one config; a stack of differing levels cannot be saved this way."""
+        first = self.levels[0].config_dict()
+        if any(q.config_dict() != first for q in self.levels[1:]):
+            raise ValueError("save needs levels of one configuration (a factory that builds the same quantizer)")
+        return {"kind": self.kind, "num_levels": self.num_levels, "dropout": self.dropout, "level": first}
+
+    @classmethod
+    def from_config_dict(cls, config: dict, build: Callable[[str, dict], Quantizer]) -> "ResidualQuantizer":
+        """The stack ``config_dict`` describes; ``build(kind, options)`` makes one level."""
+        level = dict(config["level"])
+        kind = level.pop("kind")
+        return cls(lambda: build(kind, level), int(config["num_levels"]), dropout=bool(config.get("dropout", False)))
 
     def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
         """(B, *positions, L) indices (-1: level not used) -> the summed codewords in the levels' layout."""

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from vqwae.metrics.fid import (FIDStatsCache, StatsKey, dataset_fingerprint, feature_statistics,
                                fid_against_statistics, load_inception)
+from vqwae.progress import progress_bar
 from vqwae.runs import layout
 from vqwae.runs.prior import read_summary, available_priors, find_prior, generate
 
@@ -98,7 +99,9 @@ def generation_fid(
     images, labels, pdir = generate(run_dir, n, labels=labels, conditional=conditional, prior_dir=pdir,
                                     temperature=temperature, seed=seed, batch_size=batch_size, device=device,
                                     progress=progress)
-    fake = inception(images)
+    steps = range(0, n, 100)
+    fake = torch.cat([inception(images[s:s + 100]) for s in
+                      progress_bar(steps, desc="inception (samples)" if progress else None, unit="batch")])
 
     cache = stats_cache if stats_cache is not None else FIDStatsCache()
     key = real_stats_key(cfg, "test", limit, test, root)
@@ -107,7 +110,9 @@ def generation_fid(
         mu_r, sigma_r = hit[0], hit[1]
         real_source = "cache"
     else:
-        feats = [inception(x) for x, _ in DataLoader(test, batch_size=250, shuffle=False)]
+        loader = DataLoader(test, batch_size=250, shuffle=False)
+        feats = [inception(x) for x, _ in progress_bar(loader, desc="inception (real)" if progress else None,
+                                                       unit="batch")]
         mu_r, sigma_r = feature_statistics(torch.cat(feats))
         cache.save(key, inception.identity, mu_r, sigma_r, num_images=len(test))
         real_source = "computed"
@@ -122,7 +127,7 @@ def generation_fid(
 
 
 def run_generation_fid(run_dir: str | os.PathLike, *, n: int, inception_weights: str | None, device,
-                       limit: int | None) -> dict:
+                       limit: int | None, progress: bool = False) -> dict:
     """Generation FID of every prior the run has (unconditional and / or class-conditional) into eval.json."""
     priors = available_priors(run_dir)
     if not priors:
@@ -134,5 +139,6 @@ def run_generation_fid(run_dir: str | os.PathLike, *, n: int, inception_weights:
     out = {}
     for kind, prior_dir in priors.items():  # the kinds that exist: "uncond" and/or "cond"
         out.update(generation_fid(run_dir, n=n, conditional=kind == "cond", inception=inception,
-                                  stats_cache=FIDStatsCache(), device=device, limit=limit, prior_dir=prior_dir))
+                                  stats_cache=FIDStatsCache(), device=device, limit=limit, prior_dir=prior_dir,
+                                  progress=progress))
     return layout.update_eval(run_dir, out)

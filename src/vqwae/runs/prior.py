@@ -23,7 +23,6 @@ so ``vqwae eval`` and the gFID share the real statistics when split and limit ag
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -31,10 +30,14 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from vqwae.figures.image_folder import save_image_folder
 from vqwae.prior.pixelcnn import CONFIG_NAME, WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
 from vqwae.prior.sampling import sample as sample_codes
 from vqwae.prior.train import SUMMARY_NAME, PriorTrainResult, cached_codes, train_prior, weights_fingerprint
+from vqwae.data.codes import load_codes, read_meta
+from vqwae.files import atomic_write_text
 from vqwae.runs import layout
+from vqwae.runs.codes import check_codes_match
 
 __all__ = [
     "available_priors",
@@ -162,6 +165,9 @@ def train_run_prior(
     seed: int = 0,
     progress: bool = False,
     refresh_codes: bool = False,
+    codes_file: str | os.PathLike | None = None,
+    val_codes_file: str | os.PathLike | None = None,
+    on_epoch=None,
 ) -> tuple[PriorTrainResult, dict]:
     """Fit the gated PixelCNN to the code grids of a run's training split (best epoch by validation NLL).
 
@@ -171,48 +177,72 @@ def train_run_prior(
     weights' fingerprint. Writes ``out_dir`` (default RUN_DIR/prior): config.json, model.safetensors,
     metrics.jsonl (bits per code) and train_summary.json, which also records ``conditional``,
     ``num_classes``, ``autoencoder_fingerprint``, the dataset and limits, and ``seconds``.
+    ``codes_file`` (and ``val_codes_file``): train on the codes ``vqwae encode`` wrote instead of extracting
+    them; they must come from RUN_DIR's current weights (without validation codes the best epoch is chosen by
+    the training NLL). ``on_epoch(row)``: called with each epoch's metrics as it ends.
     Returns (PriorTrainResult, summary dict). Raises ValueError for --conditional on unlabelled data.
     """
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
     cfg = layout.read_config(run_dir)
     device = torch.device(device)
-    t_lim, e_lim = _resolve_limit(train_limit, cfg.data.train_limit), _resolve_limit(eval_limit, cfg.data.eval_limit)
-    root = layout.data_root_of(cfg, data_root)
-    train_set, info = layout.load_run_split(run_dir, "train", limit=t_lim, data_root=root, cfg=cfg)
-    val_set, _ = layout.load_run_split(run_dir, "val", limit=e_lim, data_root=root, cfg=cfg)
-    num_classes = info.num_classes
-    if conditional and not num_classes:
-        raise ValueError(f"--conditional needs class labels, but dataset {cfg.data.dataset!r} has none")
-    if len(train_set) == 0:
-        raise ValueError("the training split is empty (check --train-limit)")
-    model = layout.load_model(run_dir, device)
     fingerprint = weights_fingerprint(run_dir / AUTOENCODER_WEIGHTS)
     cache_dir = run_dir / PRIOR_DIR
-    codes_tr, labels_tr = cached_codes(model, DataLoader(train_set, batch_size=256), split="train",
-                                       cache_dir=cache_dir, fingerprint=fingerprint, device=device,
-                                       refresh=refresh_codes)
-    codes_va = labels_va = None
-    if len(val_set) > 0:
-        codes_va, labels_va = cached_codes(model, DataLoader(val_set, batch_size=256), split="val",
+    if codes_file is not None:
+        codes_tr, labels_tr, num_codes, num_classes, source = _codes_from_file(run_dir, codes_file, conditional)
+        codes_va = labels_va = None
+        if val_codes_file is not None:
+            codes_va, labels_va, *_ = _codes_from_file(run_dir, val_codes_file, conditional)
+        t_lim = e_lim = None
+        image_size = read_meta(codes_file).image_size
+    else:
+        t_lim, e_lim = _resolve_limit(train_limit, cfg.data.train_limit), _resolve_limit(eval_limit, cfg.data.eval_limit)
+        root = layout.data_root_of(cfg, data_root)
+        train_set, info = layout.load_run_split(run_dir, "train", limit=t_lim, data_root=root, cfg=cfg)
+        val_set, _ = layout.load_run_split(run_dir, "val", limit=e_lim, data_root=root, cfg=cfg)
+        num_classes = info.num_classes
+        if conditional and not num_classes:
+            raise ValueError(f"--conditional needs class labels, but dataset {cfg.data.dataset!r} has none")
+        if len(train_set) == 0:
+            raise ValueError("the training split is empty (check --train-limit)")
+        model = layout.load_model(run_dir, device)
+        codes_tr, labels_tr = cached_codes(model, DataLoader(train_set, batch_size=256), split="train",
                                            cache_dir=cache_dir, fingerprint=fingerprint, device=device,
                                            refresh=refresh_codes)
-    num_codes = int(model.quantizer.num_codes)
-    del model
+        codes_va = labels_va = None
+        if len(val_set) > 0:
+            codes_va, labels_va = cached_codes(model, DataLoader(val_set, batch_size=256), split="val",
+                                               cache_dir=cache_dir, fingerprint=fingerprint, device=device,
+                                               refresh=refresh_codes)
+        num_codes = int(model.quantizer.num_codes)
+        del model
+        image_size, source = info.image_size, None
     config = PixelCNNConfig(num_codes=num_codes, num_classes=num_classes if conditional else None,
                             hidden_channels=hidden_channels, num_layers=num_layers)
     out_dir = Path(out_dir) if out_dir is not None else cache_dir
     result = train_prior(codes_tr, codes_va, labels_train=labels_tr if conditional else None,
                          labels_val=labels_va if conditional else None, config=config, epochs=epochs,
                          batch_size=batch_size, lr=lr, out_dir=out_dir, seed=seed, device=device,
-                         max_steps=max_steps, progress=progress)
+                         max_steps=max_steps, progress=progress, on_epoch=on_epoch)
     summary = read_summary(out_dir)
     summary.update(conditional=conditional, num_classes=config.num_classes, autoencoder_fingerprint=fingerprint,
                    run_dir=str(run_dir.resolve()), dataset=cfg.data.dataset, train_limit=t_lim, eval_limit=e_lim,
-                   image_size=info.image_size, hidden_channels=hidden_channels, num_layers=num_layers,
+                   image_size=image_size, codes_file=source, hidden_channels=hidden_channels, num_layers=num_layers,
                    seconds=time.perf_counter() - t0)
-    (out_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(out_dir / SUMMARY_NAME, json.dumps(summary, indent=2) + "\n")
     return result, summary
+
+
+def _codes_from_file(run_dir: Path, path, conditional: bool):
+    """(codes, labels, K, classes, the file's absolute path) of a codes file that RUN_DIR's weights wrote."""
+    codes, labels, meta = load_codes(path)
+    check_codes_match(run_dir, meta, path)
+    if meta.levels is not None or codes.dim() != 3:
+        raise ValueError(f"{path} holds codes of shape {meta.grid}: the PixelCNN prior models (h, w) grids of one "
+                         "quantizer, not residual levels")
+    if conditional and labels is None:
+        raise ValueError(f"--conditional needs class labels, but {path} has none ({meta.source})")
+    return codes, labels, meta.num_codes, meta.num_classes, str(Path(path).resolve())
 
 
 # ---- sampling ----------------------------------------------------------------------------------------
@@ -312,20 +342,9 @@ def save_samples(images: torch.Tensor, labels: torch.Tensor | None, out: str | o
                  nrow: int | None = None, cycling: bool = False) -> Path:
     """One PNG per image (``sample_007_class3.png``) and grid.png in ``out``; ``nrow`` defaults to the classes
     when they are cycled, else about sqrt(n)."""
-    # Imported here: torchvision costs ~1.6 s at import (it loads torch._dynamo), and only `vqwae sample` needs it.
-    from torchvision.utils import save_image
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("sample_*.png"):  # an earlier, larger --n would leave its extra images beside these
-        stale.unlink()
     n = images.shape[0]
-    width = len(str(n - 1))
-    for i in range(n):
-        suffix = f"_class{int(labels[i])}" if labels is not None else ""
-        save_image(images[i], out / f"sample_{i:0{width}d}{suffix}.png")
-    if nrow is None:
-        classes = int(labels.max()) + 1 if labels is not None else 0
-        nrow = classes if cycling and n > classes - 1 else max(1, math.ceil(math.sqrt(n)))
-    save_image(images, out / "grid.png", nrow=nrow, padding=2, pad_value=1.0)
-    return out
+    if nrow is None and cycling and labels is not None:
+        classes = int(labels.max()) + 1
+        nrow = classes if n > classes - 1 else None
+    suffixes = [f"_class{int(c)}" for c in labels] if labels is not None else None
+    return save_image_folder(images, out, prefix="sample", suffixes=suffixes, nrow=nrow)

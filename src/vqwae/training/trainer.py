@@ -24,7 +24,6 @@ import functools
 import inspect
 import math
 import os
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -33,12 +32,12 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from vqwae import distributed
 from vqwae.data import load_splits
 from vqwae.metrics.usage import CodeUsage
 from vqwae.models import VQAutoencoder, build_networks
+from vqwae.progress import progress_bar, refresh_interval
 from vqwae.quantizers import build_quantizer
 from vqwae.runs import layout
 from vqwae.runs.lock import hold_run_folder
@@ -274,8 +273,7 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
     if gan is not None and dist_info.enabled:
         gan.wrap_ddp(DDP)
     logger = scope.enter_context(contextlib.closing(build_logger(run.logger, run_dir, main)))
-    if progress is None:
-        progress = main and sys.stderr.isatty()
+    progress = main and progress is not False  # default: on rank 0 (a bar, or a line every 30 s in a log)
 
     # ---- the loop ------------------------------------------------------------------------------------
     last: dict = {}
@@ -290,7 +288,10 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
         sums = defaultdict(lambda: torch.zeros((), dtype=torch.float64, device=device))
         seen_by = defaultdict(int)  # images behind each VQGAN term: the adversary's start at disc_start
         seen, t0 = 0, time.perf_counter()
-        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{opt.epochs}", disable=not progress, leave=False)
+        # A bar in a terminal, a line every 30 s in a log file; its figures are read from the device (a host
+        # sync) only when it is about to show them.
+        bar = progress_bar(loader, desc=f"epoch {epoch + 1}/{opt.epochs}" if progress else None, unit="batch")
+        shown_at = -math.inf
         for i, (x, _) in enumerate(bar):
             x = x.to(device, non_blocking=True)
             with autocast():
@@ -329,12 +330,10 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
                 for name in terms:
                     seen_by[name] += b
                 sums["perplexity"] += out.perplexity * b
-            if progress:
-                bar.set_postfix(loss=f"{float(loss.detach()):.4f}", ppl=f"{float(out.perplexity):.1f}",
-                                img_s=f"{seen * world / (time.perf_counter() - t0):.0f}")
-            elif main and (i + 1) % 200 == 0:
-                print(f"epoch {epoch + 1} step {i + 1}/{len(batches)} loss {float(sums['loss']) / seen:.5f} "
-                      f"ppl {float(out.perplexity):.1f} {seen * world / (time.perf_counter() - t0):.3g} img/s", flush=True)
+            if progress and time.perf_counter() - shown_at >= refresh_interval():
+                shown_at = time.perf_counter()
+                bar.set_postfix(step=step, loss=f"{float(sums['loss']) / seen:.5f}", ppl=f"{float(out.perplexity):.1f}",
+                                img_s=f"{seen * world / (shown_at - t0):.0f}", refresh=False)
             if opt.max_steps is not None and step >= opt.max_steps:
                 break
         bar.close()
