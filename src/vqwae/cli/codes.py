@@ -11,8 +11,8 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import (DataRoot, Device, Threads, at_least, device_or_fail, fail, print_wall, show_progress,
-                              threads_on)
+from vqwae.cli.common import (DataRoot, Device, Threads, at_least, device_or_fail, fail, nonempty_path, print_wall,
+                              show_progress, threads_on)
 from vqwae.figures.image_folder import save_image_folder
 from vqwae.progress import progress_bar
 from vqwae.runs.codes import decode_file, encode_to_file
@@ -24,7 +24,8 @@ Source = Arg(..., help="A run folder (`vqwae train`), or with --images any folde
 
 def encode_command(
     run_dir: Path = Source,
-    out: Path = Opt(..., "--out", help="The codes file to write (safetensors: indices, labels, metadata)."),
+    out: Path = Opt(..., "--out", parser=nonempty_path,
+                    help="The codes file to write (safetensors: indices, labels, metadata)."),
     split: str = Opt("test", help="train | val | test: the split of the run's data set."),
     limit: int | None = Opt(None, help="The first N images only."),
     images: list[Path] | None = Opt(None, "--images", help="Encode these image files / folders (recursive) "
@@ -64,7 +65,8 @@ def encode_command(
 def decode_command(
     run_dir: Path = Arg(..., help="The run (or model folder) whose weights wrote the codes."),
     codes: Path = Arg(..., help="A codes file written by `vqwae encode`."),
-    out: Path = Opt(..., "--out", help="Folder for the images: image_00000.png, ... and grid.png."),
+    out: Path = Opt(..., "--out", parser=nonempty_path,
+                    help="Folder for the images: image_00000.png, ... and grid.png."),
     limit: int | None = Opt(None, help="The first N codes only."),
     grid: int = Opt(64, help="Images in grid.png (the first N)."),
     batch_size: int = Opt(256, help="Code grids per batch."),

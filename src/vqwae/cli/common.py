@@ -47,6 +47,14 @@ def disk_errors(command):
     return wrapper
 
 
+def nonempty_path(text: str) -> Path:
+    """The ``parser`` of every --out: an empty value (``--out ""``, an unset shell variable) would name the current
+    folder, and write there."""
+    if not str(text).strip():
+        raise typer.BadParameter("an empty path would write into the current folder; name a file or folder")
+    return Path(text)
+
+
 def fail(message: str, code: int = 2) -> None:
     """Stop the command with ``error: message`` on stderr (no traceback for a user's mistake)."""
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)

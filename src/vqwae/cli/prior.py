@@ -13,8 +13,8 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail,
-                              disk_errors, fail, print_wall, show_progress, threads_on)
+from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, disk_errors,
+                              fail, nonempty_path, print_wall, show_progress, threads_on)
 from vqwae.runs import layout
 from vqwae.runs.prior import generate, holds_prior, kind_replaced, save_samples, train_and_record_prior
 
@@ -46,7 +46,8 @@ def prior_train_command(
     threads: Threads = None,
     train_limit: int | None = Opt(None, help="Override the run's train limit: first N training images (-1: all)."),
     eval_limit: int | None = Opt(None, help="Override the run's eval limit: first N validation images (-1: all)."),
-    out: Path | None = Opt(None, "--out", help="Prior folder (default: RUN_DIR/prior); RUN_DIR/prior_cond or "
+    out: Path | None = Opt(None, "--out", parser=nonempty_path,
+                           help="Prior folder (default: RUN_DIR/prior); RUN_DIR/prior_cond or "
                                                   "RUN_DIR/prior_uncond keep a second prior next to it."),
     data_root: DataRoot = None,
     seed: int = Opt(0),
@@ -107,7 +108,7 @@ def sample_command(
     klass: int | None = Opt(None, "--class", help="Class id (needs a class-conditional prior). A conditional "
                                                      "prior without --class cycles through the classes."),
     temperature: float = Opt(1.0, help="Softmax temperature (1: the model; <1 sharper; 0 greedy)."),
-    out: Path | None = Opt(None, "--out", help="Output folder (default: RUN_DIR/samples)."),
+    out: Path | None = Opt(None, "--out", parser=nonempty_path, help="Output folder (default: RUN_DIR/samples)."),
     batch_size: int = Opt(256, help="Grids sampled in parallel."),
     seed: int = Opt(0),
     prior: Path | None = Opt(None, "--prior", help="Prior folder (default: RUN_DIR/prior, or RUN_DIR/prior_cond "

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail, print_wall,
-                              threads_on)
+from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail,
+                              nonempty_path, print_wall, threads_on)
 from vqwae.runs import layout
 from vqwae.runs.studies import probe_run, tsne_run
 from vqwae.threads import library_threads
@@ -55,7 +55,7 @@ def probe_command(
 def tsne_command(
     run_dir: RunDir,
     n: int = Opt(2000, "--n", help="Embed the first N test images."),
-    out: Path | None = Opt(None, "--out", help="PNG path (default: RUN_DIR/tsne.png)."),
+    out: Path | None = Opt(None, "--out", parser=nonempty_path, help="PNG path (default: RUN_DIR/tsne.png)."),
     perplexity: float = Opt(30.0, help="t-SNE perplexity (capped at (n-1)/3)."),
     seed: int = Opt(0),
     batch_size: int = Opt(256, help="Images per forward pass."),

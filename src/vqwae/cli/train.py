@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import fail
+from vqwae.cli.common import fail, nonempty_path
 from vqwae.cli.options import with_config_options
 from vqwae.runs.layout import CONFIG, STATE, last_epoch, read_metrics, resume_config
 from vqwae.runs.lock import RunFolderBusy
@@ -23,7 +23,8 @@ COMMON = ("model", "dataset", "data_root", "num_codes", "dim", "shared_pi", "arc
 
 @with_config_options(TrainConfig, skip=("out", "preset"), common=COMMON)
 def train_command(
-    out: Path = typer.Option(..., "--out", help="Run folder (RUN_DIR): config, weights, metrics, resumable state."),
+    out: Path = typer.Option(..., "--out", parser=nonempty_path,
+                             help="Run folder (RUN_DIR): config, weights, metrics, resumable state."),
     config: Path | None = typer.Option(None, "--config", help="YAML or JSON file of options (flat names or "
                                           "nested sections); flags override it."),
     preset: str | None = typer.Option(None, help="Named settings: 'paper' (the authors' exact configuration), 'paper-fast' (the same with the semidiscrete solver and a data start), 'default' (the shipped defaults), 'ffhq' (the paper's VQGAN row)."),
