@@ -439,3 +439,15 @@ def test_tsne_out_without_a_suffix_names_the_file_it_wrote(run, tmp_path):
     assert result.exit_code == 0, result.output
     named = Path(json.loads((run / "eval.json").read_text())["tsne_png"])
     assert named == tmp_path / "plot.png" and named.is_file()
+
+
+@pytest.mark.parametrize("command", [["train", *TINY], ["encode", "RUN"], ["decode", "RUN", "RUN/model.safetensors"],
+                                     ["prior", "train", "RUN"], ["sample", "RUN"], ["tsne", "RUN"]])
+def test_an_empty_out_is_refused_before_anything_is_written(command, run, tmp_path, monkeypatch):
+    """``--out ""`` (an unset shell variable) would name the current folder: every command refuses it."""
+    monkeypatch.chdir(tmp_path)
+    before = checksums(run)
+    res = CliRunner().invoke(app, [str(run) if a == "RUN" else a.replace("RUN", str(run)) for a in command]
+                             + ["--out", ""])
+    assert res.exit_code == 2 and "empty path" in res.output, res.output
+    assert list(tmp_path.iterdir()) == [] and checksums(run) == before
