@@ -59,6 +59,9 @@ def default_kl_weight(shared: bool) -> float:
     return 0.01 if shared else 1.0
 
 
+#: split_dead: the most pairs of cells split in one step (K / 2 below K = 512; beyond, dead codes queue a few steps).
+SPLITS_PER_STEP = 256
+
 @dataclass(frozen=True)
 class WassersteinOptions:
     """VQ-WAE's options (a training config's ``vqwae`` section); the sizes come from ``CodebookShape``."""
@@ -342,10 +345,13 @@ class WassersteinQuantizer(Quantizer):
         k, tiny = self.num_codes, torch.finfo(self.transport_mass.dtype).tiny
         share = self.transport_mass / self.transport_mass.sum().clamp_min(tiny)
         ratio = share / self.pi.mean(0).clamp_min(tiny)  # 1: the code receives exactly its share
-        order = torch.argsort(ratio)
-        lo, hi = order[: k // 2], order.flip(0)[: k // 2]  # the i-th least served code pairs with the i-th most
+        # the i-th least served code pairs with the i-th most; at most SPLITS_PER_STEP pairs a step (the rest wait
+        # for the next steps), so that the gathers below stay small at large K
+        m = min(k // 2, SPLITS_PER_STEP)
+        lo = torch.topk(ratio, m, largest=False).indices
+        hi = torch.topk(ratio, m).indices
         warm = self.transport_steps > int(1 / (1 - self.config.codebook_decay))  # the EMAs have filled
-        split = (ratio[lo] < self.config.split_dead) & (ratio[hi] > 1) & warm  # (K/2,)
+        split = (ratio[lo] < self.config.split_dead) & (ratio[hi] > 1) & warm  # (m,)
         if live is not None:  # under DDP, a step without latents on any rank splits nothing
             split &= live
         c = self.embedding

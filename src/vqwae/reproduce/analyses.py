@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vqwae.files import atomic_write_text
 from vqwae.data import load_split
 from vqwae.distributed import resolve_device
 from vqwae.figures import side_by_side_usage, usage_histogram
@@ -119,7 +120,7 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     md, _ = write_report(out, "VQ-WAE reproduction report", preamble, sections)
     # each run's results; trained_now describes this invocation, not the run
     runs = {s.label: {k: v for k, v in r.items() if k != "trained_now"} for s, r in results.items()}
-    (out / "results.json").write_text(json.dumps(runs, indent=2, default=str))
+    atomic_write_text(out / "results.json", json.dumps(runs, indent=2, default=str))
     return md
 
 

@@ -8,6 +8,8 @@ import html
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vqwae.files import atomic_write_text
+
 
 @dataclass
 class Claim:
@@ -127,6 +129,6 @@ def to_html(title: str, preamble: list[str], sections: list[Section]) -> str:
 def write_report(out: Path, title: str, preamble: list[str], sections: list[Section]) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     md, page = out / "REPORT.md", out / "REPORT.html"
-    md.write_text(to_markdown(title, preamble, sections, out))
-    page.write_text(to_html(title, preamble, sections))
+    atomic_write_text(md, to_markdown(title, preamble, sections, out))
+    atomic_write_text(page, to_html(title, preamble, sections))
     return md, page

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
+from vqwae.files import atomic_write_text
 from vqwae.figures import side_by_side_usage
 from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
@@ -43,5 +44,5 @@ def run_demo(out: Path, *, epochs: int = 12, num_codes: int = 128, device: str =
         rows.append(dict(model=model, test_perplexity=res["perplexity"], codes_used=res["codes_used"],
                          test_mse=res["mse"], test_psnr=res["psnr"], train_seconds=seconds))
     side_by_side_usage(counts, out / USAGE_PNG, title=f"Code usage on the digits test split (K={num_codes})")
-    (out / SUMMARY).write_text(json.dumps(rows, indent=2))
+    atomic_write_text(out / SUMMARY, json.dumps(rows, indent=2))
     return rows

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from vqwae.files import atomic_write_text
 from vqwae.distributed import resolve_device
 from vqwae.figures import reconstruction_grid, training_curves, usage_histogram
 from vqwae.metrics.evaluate import evaluate_reconstructions
@@ -103,7 +104,7 @@ def evaluate_run(
                   trained_steps=history[-1].get("step") if history else None, seconds=time.perf_counter() - t0)
     result["resolution_note"] = (f"psnr/ssim/lpips at {result['resolution']}; mse always native; "
                                  "rfid from native images resized to 299")
-    layout.code_usage_json(run_dir, split).write_text(json.dumps(counts))
+    atomic_write_text(layout.code_usage_json(run_dir, split), json.dumps(counts))
     # an earlier evaluation's optional metrics and skip notes do not describe this one's images or weights
     merged = layout.update_eval(run_dir, result, drop=("lpips_vgg", "lpips_vgg_skipped", "lpips_skipped",
                                                        "rfid_skipped", "rfid_real_stats"))
