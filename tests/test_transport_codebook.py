@@ -120,3 +120,22 @@ def test_splitting_follows_pi_not_uniformity():
     share = q.transport_mass / q.transport_mass.sum()
     pi = q.pi[0]
     assert torch.corrcoef(torch.stack([share, pi]))[0, 1] > 0.95
+
+
+def test_more_potential_steps_bring_the_cells_nearer_pi_on_the_same_batches():
+    """potential_steps re-assigns the batch after each ascent step: after the same batches, the transport cells'
+    masses on a held-out sample are nearer pi than with one step a batch (the potential is nearer its optimum)."""
+    from vqwae.ot import assign, assignment_mass
+
+    def run(steps: int) -> float:
+        torch.manual_seed(0)
+        q = WassersteinQuantizer(num_codes=32, dim=4, channel_last=True, potential_steps=steps, split_dead=0.0).train()
+        data = torch.randn(4096, 4) * torch.tensor([3.0, 1.0, 0.5, 0.2])  # uneven density: cells must adapt
+        for i in range(240):
+            q(data[torch.randint(0, 4096, (256,))][None])
+        held = torch.randn(8192, 1, 4) * torch.tensor([3.0, 1.0, 0.5, 0.2])
+        _, a, _ = assign(held, q.codebook.detach(), q.solver.code_potential())
+        return float((assignment_mass(a, 1, 32)[0] - q.pi.mean(0)).abs().sum() / 2)  # total variation
+
+    one, four = run(1), run(4)
+    assert four < 0.75 * one, (one, four)  # measured: 0.113 against 0.069

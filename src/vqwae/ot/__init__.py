@@ -20,6 +20,7 @@ def build_solver(config, groups: int) -> Solver:
                   global_batch=config.global_batch)
     if config.solver == "semidiscrete":
         return SemiDiscreteSolver(**common, potential_lr=config.potential_lr, pooling=config.potential_pooling,
+                                  potential_steps=config.potential_steps,
                                   scale_decay=config.scale_decay, chunk_entries=config.chunk_entries)
     if config.solver == "sinkhorn":
         return SinkhornSolver(**common, epsilon=config.epsilon, iterations=config.sinkhorn_iters,

@@ -174,11 +174,12 @@ class SemiDiscreteSolver(Solver):
 
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False, *,
                  potential_lr: float | None = None, pooling: float = 4.0, scale_decay: float = 0.9,
-                 chunk_entries: int = CHUNK_ENTRIES):
+                 chunk_entries: int = CHUNK_ENTRIES, potential_steps: int = 1):
         super().__init__(groups, num_codes, shared, global_batch)
         potential_lr = default_potential_lr(shared) if potential_lr is None else potential_lr
         self.potential_lr, self.pooling, self.scale_decay, self.chunk_entries = (potential_lr, pooling, scale_decay,
                                                                                   chunk_entries)
+        self.potential_steps = potential_steps
         self.register_buffer("potential", torch.zeros(groups, num_codes))  # g / scale
         self.register_buffer("scale", torch.zeros(()))  # EMA of the quantization error (0: not yet set)
 
@@ -200,17 +201,28 @@ class SemiDiscreteSolver(Solver):
             _, assigned, quant_err = assign(xg.detach(), codebook.detach(), g, self.chunk_entries)
         else:
             assigned, quant_err = search
-        value = semi_dual_value(xg, codebook, assigned, g, log_pi)
         mass = None
         if update:
+            pi = log_pi.detach().exp()
+            # potential_steps > 1: step g, re-assign the batch to it, step again: the plan that moves the codebook
+            # and the WS value then come from a potential nearer the batch's optimum (one distance pass each).
+            for _ in range(self.potential_steps - 1):
+                self._ascend(assignment_mass(assigned, assigned.shape[1], self.num_codes), quant_err, pi,
+                             count=assigned.shape[0], scale=False)
+                g = self.code_potential()
+                _, assigned, _ = assign(xg.detach(), codebook.detach(), g, self.chunk_entries)
             mass = assignment_mass(assigned, assigned.shape[1], self.num_codes)  # (G, K), this rank's
-            self._ascend(mass, quant_err, log_pi.detach().exp(), count=assigned.shape[0])
+            value = semi_dual_value(xg, codebook, assigned, g, log_pi)
+            self._ascend(mass, quant_err, pi, count=assigned.shape[0])
+        else:
+            value = semi_dual_value(xg, codebook, assigned, g, log_pi)
         return Transport(value=value, x=xg.detach(), assigned=assigned, mass=mass)
 
     @torch.no_grad()
-    def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor, count: int) -> None:
-        """One stochastic ascent step on the (normalised) potential, and the EMA of the cost scale, from this
-        step's ``count`` latents per group. Under DDP with per-rank batches the mass and the scale are averaged
+    def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor, count: int,
+                scale: bool = True) -> None:
+        """One stochastic ascent step on the (normalised) potential, and (``scale``) the EMA of the cost scale,
+        from this step's ``count`` latents per group. Under DDP with per-rank batches the mass and the scale are averaged
         over ranks weighted by their latents (one small all-reduce), so a rank holding only padding takes part
         without moving anything; a step with no latents anywhere changes nothing."""
         err = quant_err.detach().reshape(()).to(pi.dtype)
@@ -227,6 +239,8 @@ class SemiDiscreteSolver(Solver):
         elif count == 0:  # a host-known size: nothing to learn from
             return
         ascend_potential(self.potential, None, pi, step, self.pooling, mass=mass)
+        if not scale:  # an inner step of potential_steps: the batch's error enters the scale's EMA once
+            return
         # First step: the scale starts at this batch's error (no sync: torch.where on device).
         ema = self.scale * self.scale_decay + err * (1 - self.scale_decay)
         scale = torch.where(self.scale > 0, ema, err)

@@ -95,6 +95,9 @@ class WassersteinOptions:
                                         f"None: {default_potential_lr(shared=False)} with one pi per position, "
                                         f"{default_potential_lr(shared=True)} with a shared pi (BENCHMARKS.md 8g)",
                                         min=0)
+    potential_steps: int = option(1, "vqwae semidiscrete: ascent steps on the potential per training batch, each "
+                                  "re-assigning the batch to the stepped potential (1: one step, the shipped solver)",
+                                  min=1)
     potential_pooling: float = option(4.0, "vqwae semidiscrete: weight of the potential's component shared by "
                                       "positions", min=0)
     scale_decay: float = option(0.9, "vqwae semidiscrete: EMA decay of the cost scale (the quantization error)",
@@ -124,7 +127,8 @@ class WassersteinOptions:
         """The options this configuration never reads, or holds at the value that does what vqwae did before the
         option existed (a run's identity leaves them out, so that adding one does not change the identity of
         runs it cannot affect)."""
-        return () if self.splits_dead_cells else ("split_dead",)
+        unread = () if self.splits_dead_cells else ("split_dead",)
+        return unread + (("potential_steps",) if self.potential_steps == 1 else ())
 
 
 @dataclass(frozen=True)
