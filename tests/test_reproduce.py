@@ -188,12 +188,12 @@ def test_the_grid_has_both_vqwae_rows_and_the_ablations_run_the_paper_with_the_f
 
 
 def test_a_claim_decided_by_less_than_one_runs_noise_is_marked_within_noise():
-    from vqwae.reproduce.analyses import _claim_best, _claim_steadier, within_accuracy_error
+    from vqwae.reproduce.claims import claim_best, claim_steadier, within_accuracy_error
     from vqwae.reproduce.report import Section, claims_summary
 
-    clear = _claim_best("lowest FID", {"vqvae": 300.0, "sqvae": 140.0, "vqwae": 100.0}, "vqwae", lower=True)
-    coin = _claim_best("lowest gFID", {"vqvae": 300.0, "sqvae": 137.0, "vqwae": 136.0}, "vqwae", lower=True)
-    lost = _claim_best("lowest FID", {"vqvae": 300.0, "sqvae": 136.0, "vqwae": 138.0}, "vqwae", lower=True)
+    clear = claim_best("lowest FID", {"vqvae": 300.0, "sqvae": 140.0, "vqwae": 100.0}, "vqwae", lower=True)
+    coin = claim_best("lowest gFID", {"vqvae": 300.0, "sqvae": 137.0, "vqwae": 136.0}, "vqwae", lower=True)
+    lost = claim_best("lowest FID", {"vqvae": 300.0, "sqvae": 136.0, "vqwae": 138.0}, "vqwae", lower=True)
     assert (clear.verdict, coin.verdict, lost.verdict) == ("holds", "holds (within noise)",
                                                           "DOES NOT HOLD (within noise)")
     # accuracies: two binomial standard errors on 1,000 test images are about 3 points at 40%
@@ -201,10 +201,10 @@ def test_a_claim_decided_by_less_than_one_runs_noise_is_marked_within_noise():
     assert probe(42.0, 40.0) and not probe(45.0, 40.0) and not within_accuracy_error(100_000)(42.0, 40.0)
     # the lambda table's claim compares two spreads, each as noisy as one run: CIFAR-10's 12.5 vs 14.4 at rFID ~100
     # is a coin toss, MNIST's 2.7 vs 0.9 at rFID ~20 is not
-    cifar = _claim_steadier("steadier", {1.0: [90.6, 89.2, 101.7], 0.0: [96.2, 92.4, 106.8]})
-    mnist = _claim_steadier("steadier", {1.0: [20.7, 18.0, 20.6], 0.0: [16.2, 15.8, 16.7]})
+    cifar = claim_steadier("steadier", {1.0: [90.6, 89.2, 101.7], 0.0: [96.2, 92.4, 106.8]})
+    mnist = claim_steadier("steadier", {1.0: [20.7, 18.0, 20.6], 0.0: [16.2, 15.8, 16.7]})
     assert (cifar.verdict, mnist.verdict) == ("holds (within noise)", "DOES NOT HOLD")
     summary = claims_summary([Section("S", "", [], [], claims=[
-        clear, coin, _claim_best("lowest MSE", {"vqwae": None, "vqvae": 1.0}, "vqwae", lower=True)])],
+        clear, coin, claim_best("lowest MSE", {"vqwae": None, "vqvae": 1.0}, "vqwae", lower=True)])],
         {"": "config"})
     assert "config 1 / 2 (1 within noise)" in summary.notes[0]  # a coin toss does not count as holding

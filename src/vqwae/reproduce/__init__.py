@@ -2,10 +2,12 @@
 
     grid            experiments, budgets, and the runs each needs (one function per grid cell)
     runner          train and evaluate each run once, cached by its configuration
-    analyses        one report section per experiment: tables, claims checked, figures; ``reproduce()``
+    claims          the paper's claims checked against one run's noise
+    sections        one report section per experiment: tables, claims checked, figures
+    orchestrate     ``reproduce()``: the runs an invocation needs, trained and evaluated, and the report
     report          Markdown / HTML
     paper_numbers   the paper's tables as data
 """
-from vqwae.reproduce.analyses import reproduce
+from vqwae.reproduce.orchestrate import reproduce
 
 __all__ = ["reproduce"]

@@ -74,7 +74,7 @@ BUDGETS = {
 EVAL_LEVELS = ("usage", "fid", "full")
 EVAL_NEEDS = {"recon": "full", "probe": "full", "generation": "full", "tsne": "full", "ffhq": "full",
               "pi-init": "fid", "lambda": "fid", "codebook-size": "usage", "controllability": "usage"}
-# What the analyses add to a run's eval.json after training: {experiment: the key that says it was done at the
+# What the report sections add to a run's eval.json after training: {experiment: the key that says it was done at the
 # budget}. A run restored from a record (no weights) that lacks one is trained again.
 DOWNSTREAM_KEYS = {"probe": "probe_budget", "generation": "generation_budget", "tsne": "tsne_budget"}
 
@@ -141,7 +141,7 @@ def row_spec(dataset: str, row: str, **settings) -> RunSpec:
     return spec(dataset, model, **({"preset": preset} if preset else {}), **settings)
 
 
-# ---- the grid: one function per cell, used by runs_for and by the analyses that read the results -------------
+# ---- the grid: one function per cell, used by runs_for and by the report sections that read the results -------------
 # A cell equal to the ablations' base run (K = 512; pi learned with lambda_r = 1 from uniform; lambda = 1e-3) is
 # that run, trained once and shared by the experiments (and by the reconstruction table at the full budget).
 def codebook_size_spec(dataset: str, row: str, k: int, budget: Budget) -> RunSpec:

@@ -84,7 +84,7 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
                position: str = "") -> dict:
     """Train (or resume, or skip) and evaluate one run at ``level``; returns its eval.json plus run_dir, label,
     train_seconds (its training's own clock) and trained_now (whether this call trained or resumed it).
-    ``downstream``: eval.json keys the analyses will need (a run restored from a record without them, hence
+    ``downstream``: eval.json keys the report sections will need (a run restored from a record without them, hence
     without the weights to compute them, is trained again); ``records``: where to save the run's record;
     ``threads``: CPU threads (None: vqwae.threads' default); ``position``: "[i/n] " for the progress lines."""
     values = spec.config_values(budget, data_root)
@@ -142,7 +142,7 @@ def ensure_runs(out: Path, specs: list[RunSpec], budget: Budget, data_root: str 
                 levels: dict | None = None, downstream: dict | None = None, records: Path | None = None,
                 threads: int | None = None) -> dict:
     """All runs (deduplicated), in parallel when jobs > 1. Returns {spec: result}. ``levels``: {spec: the
-    evaluation it needs} ("full" for a spec not in it); ``downstream``: {spec: eval.json keys the analyses need}."""
+    evaluation it needs} ("full" for a spec not in it); ``downstream``: {spec: eval.json keys the report sections need}."""
     unique = list(dict.fromkeys(specs))
     levels, downstream = levels or {}, downstream or {}
     kwargs = dict(device=device, inception_weights=inception_weights, lpips_weights=lpips_weights, records=records)

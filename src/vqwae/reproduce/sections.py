@@ -1,199 +1,32 @@
-"""``vqwae reproduce``: run the paper's experiments at a budget and write a report beside the paper's numbers.
-
-Each experiment turns cached runs (``runner``) into a report ``Section``: this run's numbers next to the
-paper's, the paper's claims checked one by one (a claim that does not hold in this run is said so), and
-the figures.
-"""
+"""The report's sections, one per experiment of the paper: this run's numbers beside the paper's, the claims
+(``claims``) and the figures, from the cached runs' records."""
 from __future__ import annotations
 
 import json
-import platform
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from vqwae.files import atomic_write_text
-from vqwae.data import load_split
 from vqwae.distributed import resolve_device
 from vqwae.figures import side_by_side_usage, usage_histogram
 from vqwae.metrics.fid import FIDStatsCache, load_inception
 from vqwae.quantizers.wasserstein import initial_pi
 from vqwae.reproduce import paper_numbers as P
-from vqwae.metrics.lpips import resolve_lpips_weights
-from vqwae.reproduce import records as run_records
-from vqwae.reproduce.grid import (BASELINES, BUDGETS, CODEBOOK_SIZES, DOWNSTREAM_KEYS, EVAL_LEVELS, EXPERIMENTS,
-                                  FFHQ_MODELS,
-                                  FFHQ_STAND_IN, LAMBDA_RS, LAMBDAS, MODELS, PAPER_DATASETS, PI_INITS, PI_MODES, ROWS,
-                                  WAE_ROWS, Budget, RunSpec, codebook_size_spec, eval_level, ffhq_spec, lambda_spec,
-                                  pi_spec, row_spec, runs_for)
-from vqwae.reproduce.report import Claim, Section, claims_summary, fmt, write_report
-from vqwae.reproduce.runner import ensure_runs, run_status
+from vqwae.reproduce.grid import (BASELINES, CODEBOOK_SIZES, FFHQ_MODELS, LAMBDA_RS, LAMBDAS, MODELS,
+                                  PI_INITS,
+                                  PI_MODES, ROWS, WAE_ROWS, Budget, RunSpec, codebook_size_spec, eval_level, ffhq_spec,
+                                  lambda_spec, pi_spec, row_spec)
+from vqwae.reproduce.claims import (NAMES, against_baselines, claim_best, claim_steadier, usage_against_pi,
+                                   within_accuracy_error, within_seed_spread, within_silhouette_spread)
+from vqwae.reproduce.report import Claim, Section, fmt
 from vqwae.runs import layout
 from vqwae.runs.generation import generation_fid
 from vqwae.runs.prior import train_run_prior
 from vqwae.runs.studies import probe_run, tsne_run
 
-NAMES = {"vqvae": "VQ-VAE", "sqvae": "SQ-VAE", "vqwae-paper": "VQ-WAE (paper)", "vqwae": "VQ-WAE (shipped)"}
-
-
-def _paper_key(d: str, row: str) -> tuple[str, str]:
+def paper_key(d: str, row: str) -> tuple[str, str]:
     """The paper's numbers for a row: both VQ-WAE rows sit beside the paper's VQ-WAE."""
     return d, ROWS[row][0]
-
-
-def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Path, *, data_root: str | None = None,
-              jobs: int = 1, device: str = "auto", inception_weights: str | None = None,
-              lpips_weights: str | None = None, command: str = "", threads: int | None = None,
-              records: Path | None = None, plan: bool = False) -> Path | None:
-    """Train, evaluate and analyse what ``experiments`` need on ``datasets`` at ``budget``; write OUT/REPORT.md.
-    ``records``: a folder of run records to start from and to save every finished run's record to
-    (``reproduce.records``), so the report can be built over several sessions. ``plan``: only print the runs
-    (what each is for, the evaluation it needs, where it stands) and return None."""
-    if budget not in BUDGETS:
-        raise ValueError(f"unknown budget {budget!r}; valid: {', '.join(BUDGETS)}")
-    if experiments == ["all"]:
-        experiments = list(EXPERIMENTS)
-    for e in experiments:
-        if e not in EXPERIMENTS:
-            raise ValueError(f"unknown experiment {e!r}; valid: {', '.join(EXPERIMENTS)}, all")
-    b = BUDGETS[budget]
-    out = Path(out)
-    t0 = time.perf_counter()
-    available, not_run = _available(datasets, data_root)
-    serves = _serves(experiments, available, b)  # run -> the experiments that read it
-    ffhq = _ffhq_data(b, data_root, lpips_weights) if "ffhq" in experiments else (None, "")
-    if ffhq[0] is not None:
-        for m in FFHQ_MODELS:
-            serves.setdefault(ffhq_spec(ffhq[0], m, b), []).append("ffhq")
-    # A record has no weights: with records, evaluate each run for every experiment that will ever read it, so a
-    # later invocation with other experiments restores it instead of training it again.
-    readers = serves if records is None else _serves(EXPERIMENTS, available, b)
-    levels = {s: eval_level(readers.get(s, es), b) for s, es in serves.items()}
-    downstream = {s: [DOWNSTREAM_KEYS[e] for e in es if e in DOWNSTREAM_KEYS] for s, es in serves.items()}
-    restored = 0
-    if plan:
-        for d, why in not_run:  # say why a requested dataset has no runs (it would be "Datasets not run")
-            print(f"not run: {d}: {why}")
-        if "ffhq" in experiments and ffhq[0] is None:
-            print(f"not run: ffhq: {ffhq[1]}")
-        _print_plan(serves, levels, b, out, data_root, records)
-        return None
-    if records is not None:
-        restored = run_records.restore(Path(records), out)
-        print(f"[reproduce] {restored} run record(s) restored from {records}", flush=True)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    results = ensure_runs(out, list(serves), b, data_root, jobs=jobs, device=device, levels=levels,
-                          downstream=downstream, records=records, inception_weights=inception_weights,
-                          lpips_weights=lpips_weights, threads=threads)
-    sections = []
-    for i, e in enumerate(experiments, 1):
-        print(f"[reproduce] analysis {i}/{len(experiments)}: {e} ({ffhq[0] or 'not run'})" if e == "ffhq" else
-              f"[reproduce] analysis {i}/{len(experiments)}: {e} ({', '.join(available)})", flush=True)
-        sections.append(ANALYSES[e](available, results, b, out, device=device, inception_weights=inception_weights,
-                                    ffhq=ffhq))
-        if records is not None and e in DOWNSTREAM_KEYS:  # it added its results to the runs' eval.json: keep
-            for r in results.values():                     # them now, not only when every analysis is done
-                run_records.save(Path(r["run_dir"]), Path(records))
-    skipped = not_run + [(d, "not requested (--datasets)") for d in PAPER_DATASETS if d not in datasets]
-    if skipped:
-        sections.append(Section("Datasets not run", "all tables", ["dataset", "reason"],
-                                [[d, why] for d, why in skipped]))
-    preamble = [
-        f"Budget `{b.name}`: {b.description}. The paper trains 100 epochs on the full training sets; "
-        "numbers at a smaller budget show directions, not the paper's values.",
-        "Two VQ-WAE rows: as published (the `paper` preset: exact OT per latent position, uniform learned pi, "
-        "lambda 1e-3, lambda_r 1 with the authors' mean reduction) and as shipped (every option at its default). "
-        f"The ablations vary the published configuration{ABLATION_NOTE.get(b.ablation_preset, '')}. PSNR/SSIM/LPIPS at "
-        f"{b.resolution} resolution; rFID on the same test images (InceptionV3 pool3).",
-        f"Hardware: {platform.processor() or platform.machine()}, {torch.get_num_threads()} CPU threads, "
-        f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}; "
-        f"torch {torch.__version__}, Python {platform.python_version()}. Date {time.strftime('%Y-%m-%d')}. "
-        f"Wall time of this invocation {time.perf_counter() - t0:.0f} s.",
-        f"Command: `{command or ' '.join(sys.argv)}`",
-        _training_note(results, jobs, threads, restored, records),
-    ]
-    sections.insert(0, claims_summary(sections, {"paper": "VQ-WAE as published (`paper`)",
-                                                 "shipped": "VQ-WAE as shipped (defaults)"}))
-    md, _ = write_report(out, "VQ-WAE reproduction report", preamble, sections)
-    # each run's results; trained_now describes this invocation, not the run
-    runs = {s.label: {k: v for k, v in r.items() if k != "trained_now"} for s, r in results.items()}
-    atomic_write_text(out / "results.json", json.dumps(runs, indent=2, default=str))
-    return md
-
-
-def _print_plan(serves: dict, levels: dict, b: Budget, out: Path, data_root: str | None, records) -> None:
-    status = {s: run_status(out, s, b, data_root, records, levels[s]) for s in serves}
-    for s, es in serves.items():
-        print(f"{status[s]:8}{levels[s]:6}{s.label}  <- {', '.join(es)}")
-    counts = {k: sum(v == k for v in status.values()) for k in ("done", "trained", "record", "partial", "to do")}
-    steps = b.max_steps or "-"
-    print(f"{len(serves)} runs of {steps} steps at the `{b.name}` budget: "
-          + ", ".join(f"{n} {k}" for k, n in counts.items() if n)
-          + "; evaluations: " + ", ".join(f"{sum(v == lv for v in levels.values())} {lv}" for lv in EVAL_LEVELS))
-
-
-def _serves(experiments, datasets, b: Budget) -> dict[RunSpec, list[str]]:
-    """{run: the experiments (of ``experiments``) that read it} on ``datasets`` (the FFHQ rows aside)."""
-    serves: dict[RunSpec, list[str]] = {}
-    for e in experiments:
-        for d in datasets:
-            for s in runs_for(e, d, b):
-                serves.setdefault(s, []).append(e)
-    return serves
-
-
-def _training_note(results: dict, jobs: int, threads: int | None, restored: int, records) -> str:
-    """Which runs this invocation trained and which it found finished (in OUT, or restored from records)."""
-    hours = sum(r.get("train_seconds", 0.0) for r in results.values()) / 3600
-    now = sum(bool(r.get("trained_now")) for r in results.values())
-    note = f"Training: {len(results)} runs, {hours:.1f} hours in all by the runs' own clocks. "
-    if now:
-        note += (f"This invocation trained or resumed {now} of them ({jobs} at a time"
-                 + (f", {threads} thread(s) each" if threads else "") + ")")
-    else:
-        note += "This invocation trained none of them"
-    found = len(results) - now
-    if found:
-        note += (f"; {found} were trained and evaluated by earlier invocations of this command (a resumed report)"
-                 + (f", {restored} of them restored from the records in `{records}`" if restored else ""))
-    return note + "."
-
-
-ABLATION_NOTE = {"paper-fast": ", run with the semidiscrete solver instead of exact OT and the codebook drawn "
-                               "from the first batch's latents instead of N(0, 1) (`paper-fast`: the semidiscrete solver "
-                               "never leaves perplexity 1 from the N(0, 1) start; BENCHMARKS.md section 11)"}
-
-
-def _ffhq_data(b: Budget, data_root: str | None, lpips_weights: str | None) -> tuple[str | None, str]:
-    """(the dataset the FFHQ rows train on, or None; why not FFHQ itself). VQGAN's loss needs the LPIPS-VGG trunk:
-    without it locally (and no download possible) the rows are not run rather than failing the report."""
-    vgg = resolve_lpips_weights(lpips_weights, "vgg")
-    if isinstance(vgg, str):
-        return None, f"LPIPS-VGG, which VQGAN's loss needs, is missing: {vgg}"
-    try:
-        load_split("ffhq", data_root, "test", limit=1)
-        return "ffhq", ""
-    except (FileNotFoundError, OSError, ValueError) as e:
-        why = f"FFHQ is not available on this machine: {str(e).splitlines()[0]}"
-    stand_in = FFHQ_STAND_IN.get(b.name)
-    if stand_in is not None and _available([stand_in], data_root)[0]:
-        return stand_in, why
-    return None, why
-
-
-def _available(datasets: list[str], data_root: str | None):
-    ok, missing = [], []
-    for d in datasets:
-        try:
-            load_split(d, None if d == "digits" else data_root, "test", limit=1)
-            ok.append(d)
-        except (FileNotFoundError, OSError, ValueError) as e:
-            missing.append((d, f"not available on this machine: {str(e).splitlines()[0]}"))
-    return ok, missing
-
 
 # ---- helpers ---------------------------------------------------------------------------------------------
 
@@ -211,62 +44,6 @@ def _usage(results, s: RunSpec) -> np.ndarray:
     return np.asarray(json.loads(p.read_text()), dtype=float)
 
 
-# ---- one run's noise -------------------------------------------------------------------------------------
-# Every cell of the report is one run of one seed, so a claim decided by less than the spread between two seeds
-# is marked "within noise" (report.Claim) rather than read as a result. Each test says whether a and b are that
-# close.
-
-SEED_SPREAD = 0.07  # relative; MSE, FIDs, perplexity: two seeds of one configuration differed by 7% in test MSE
-                    # (BENCHMARKS 8n: the peer's 0.00342 vs 0.00319; VQ-WAE's 0.00353 vs 0.00345)
-SILHOUETTE_SPREAD = 0.01  # absolute; three t-SNE seeds and a second 1,000-image subset spread the silhouette of
-                          # each of two CIFAR-10 runs of the cpu report over 0.010 and 0.011 (a floor: the
-                          # training seed's share is not in it)
-
-
-def within_seed_spread(a: float, b: float) -> bool:
-    return abs(a - b) < SEED_SPREAD * max(abs(a), abs(b))
-
-
-def within_silhouette_spread(a: float, b: float) -> bool:
-    return abs(a - b) < SILHOUETTE_SPREAD
-
-
-def within_accuracy_error(n: int):
-    """Accuracies in percent on n test images: closer than two binomial standard errors of one of them."""
-    def close(a: float, b: float) -> bool:
-        p = (a + b) / 200
-        return abs(a - b) < 200 * np.sqrt(p * (1 - p) / n)
-    return close
-
-
-def _claim_best(text, values: dict, winner: str, lower: bool, config: str = "", close=within_seed_spread) -> Claim:
-    """"``winner`` has the lowest (``lower``) or highest value": within noise when the winner's value and the
-    best of the others' are ``close``."""
-    mine = values.get(winner)
-    detail = ", ".join(f"{NAMES.get(k, k)} {fmt(v)}" for k, v in values.items())
-    if mine is None:  # the method's own number is missing: nothing to check
-        return Claim(text, None, detail, config)
-    others = [v for k, v in values.items() if k != winner and v is not None]
-    if not others:
-        return Claim(text, True, detail, config)
-    rival = (min if lower else max)(others)  # the best of the others; a tie goes to the rival
-    return Claim(text, mine < rival if lower else mine > rival, detail, config, within_noise=close(mine, rival))
-
-
-def _claim_steadier(text: str, rows: dict[float, list[float]], config: str = "") -> Claim:
-    """"The rFID varies less across lambda with lambda_r = 1 than with 0" from {lambda_r: its rFIDs}: each row's
-    spread is max - min. A spread is as noisy as the runs it is taken from, so the verdict is within noise when
-    the two spreads differ by less than one run's noise at the largest value."""
-    spreads = {lr: max(v) - min(v) for lr, v in rows.items()}
-    largest = max(max(v) for v in rows.values())
-    return Claim(text, spreads[1.0] < spreads[0.0], f"spread {fmt(spreads[1.0])} vs {fmt(spreads[0.0])}", config,
-                 within_noise=abs(spreads[1.0] - spreads[0.0]) < SEED_SPREAD * largest)
-
-
-def _against_baselines(values: dict, row: str) -> dict:
-    """A VQ-WAE row's value beside the baselines' (the other VQ-WAE row is not a competitor)."""
-    return {m: values[m] for m in (*BASELINES, row)}
-
 
 # ---- the experiments -----------------------------------------------------------------------------------
 
@@ -277,16 +54,16 @@ def recon(datasets, results, b: Budget, out: Path, **_) -> Section:
     rows, claims, figures = [], [], []
     for d in datasets:
         for m in MODELS:
-            paper = P.RECON["values"].get(_paper_key(d, m), {})
+            paper = P.RECON["values"].get(paper_key(d, m), {})
             s = row_spec(d, m)
             rows.append([d, NAMES[m]] + [_paper_pair(_get(results, s, k), paper.get(k)) for k in metrics]
                         + [fmt(_get(results, s, "mse"))])
         ppl = {m: _get(results, row_spec(d, m), "perplexity") for m in MODELS}
         rfid = {m: _get(results, row_spec(d, m), "rfid") for m in MODELS}
         for w in WAE_ROWS:
-            claims.append(_claim_best(f"{d}: VQ-WAE has the highest codebook perplexity", _against_baselines(ppl, w),
+            claims.append(claim_best(f"{d}: VQ-WAE has the highest codebook perplexity", against_baselines(ppl, w),
                                       w, lower=False, config=WAE_ROWS[w]))
-            claims.append(_claim_best(f"{d}: VQ-WAE has the lowest rFID", _against_baselines(rfid, w), w, lower=True,
+            claims.append(claim_best(f"{d}: VQ-WAE has the lowest rFID", against_baselines(rfid, w), w, lower=True,
                                       config=WAE_ROWS[w]))
             if ppl[w] is not None and ppl["vqvae"] is not None:
                 claims.append(Claim(f"{d}: VQ-WAE uses its codebook far better than VQ-VAE (perplexity at least 2x)",
@@ -305,7 +82,7 @@ def codebook_size(datasets, results, b: Budget, out: Path, **_) -> Section:
     sizes = CODEBOOK_SIZES
     for d in datasets:
         for m in MODELS:
-            paper = P.CODEBOOK_SIZE["values"].get(_paper_key(d, m), {})
+            paper = P.CODEBOOK_SIZE["values"].get(paper_key(d, m), {})
             for i, k in enumerate(sizes):
                 s = codebook_size_spec(d, m, k, b)
                 pp = paper.get("perplexity", (None,) * 4)[i]
@@ -315,7 +92,7 @@ def codebook_size(datasets, results, b: Budget, out: Path, **_) -> Section:
         for w in WAE_ROWS:
             for k in sizes:
                 ppl = {m: _get(results, codebook_size_spec(d, m, k, b), "perplexity") for m in (*BASELINES, w)}
-                claims.append(_claim_best(f"{d}, K={k}: VQ-WAE has the highest perplexity", ppl, w, lower=False,
+                claims.append(claim_best(f"{d}, K={k}: VQ-WAE has the highest perplexity", ppl, w, lower=False,
                                           config=WAE_ROWS[w]))
             wae = [_get(results, codebook_size_spec(d, w, k, b), "perplexity") for k in sizes]
             if None not in wae:
@@ -347,7 +124,7 @@ def pi_init(datasets, results, b: Budget, out: Path, **_) -> Section:
                 rows.append([d, mode, init, _paper_pair(_get(results, s, "rfid"), paper.get("rfid")),
                              _paper_pair(_get(results, s, "perplexity"), paper.get("perplexity"))])
         rfid_u = {i: _get(results, pi_spec(d, "learned_kl1", i, b), "rfid") for i in PI_INITS}
-        claims.append(_claim_best(f"{d}: with pi learned and lambda_r = 1, the uniform initialisation gives the best rFID",
+        claims.append(claim_best(f"{d}: with pi learned and lambda_r = 1, the uniform initialisation gives the best rFID",
                                   rfid_u, "uniform", lower=True, config="paper"))
         for init in ("peaked", "gaussian"):
             a = _get(results, pi_spec(d, "learned_kl1", init, b), "perplexity")
@@ -373,13 +150,6 @@ def _ablation(b: Budget) -> str:
     return f"; this run: the `{b.ablation_preset}` preset" + (" (the paper's, with the semidiscrete solver and a data start)"
                                                                if b.ablation_preset == "paper-fast" else "")
 
-
-def usage_against_pi(usage: np.ndarray, pi: np.ndarray) -> tuple[float | None, float]:
-    """(correlation, total variation) of a code-usage histogram (counts) with pi; no correlation for a uniform
-    pi, where it is undefined."""
-    p = usage / max(usage.sum(), 1)
-    corr = None if np.allclose(pi, pi[0]) else float(np.corrcoef(p, pi)[0, 1])
-    return corr, 0.5 * float(np.abs(p - pi).sum())
 
 
 def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
@@ -416,7 +186,7 @@ def lam(datasets, results, b: Budget, out: Path, **_) -> Section:
                 rows.append([d, fmt(lr), fmt(lm), _paper_pair(r, paper.get("rfid")),
                              _paper_pair(_get(results, s, "perplexity"), paper.get("perplexity"))])
         if not any(None in v for v in rfids.values()):
-            claims.append(_claim_steadier(f"{d}: with lambda_r = 1 the rFID varies less across lambda than with "
+            claims.append(claim_steadier(f"{d}: with lambda_r = 1 the rFID varies less across lambda than with "
                                           "lambda_r = 0", rfids, "paper"))
     return Section("lambda and lambda_r", P.LAMBDA["table"] + " (paper values are CIFAR-10 only)" + _ablation(b),
                    ["dataset", "lambda_r", "lambda", "rFID (paper)", "perplexity (paper)"], rows, claims)
@@ -434,11 +204,11 @@ def probe(datasets, results, b: Budget, out: Path, device="auto", **_) -> Sectio
 
                 layout.update_eval(r["run_dir"], {"probe_budget": b.name})
             acc[m] = 100 * r["probe_accuracy"]
-            rows.append([d, NAMES[m], _paper_pair(acc[m], P.PROBE["values"].get(_paper_key(d, m))),
+            rows.append([d, NAMES[m], _paper_pair(acc[m], P.PROBE["values"].get(paper_key(d, m))),
                          fmt(100 * r["probe_accuracy_continuous"])])
         for w in WAE_ROWS:
-            claims.append(_claim_best(f"{d}: a linear probe on VQ-WAE's quantized latents is the most accurate",
-                                      _against_baselines(acc, w), w, lower=False, config=WAE_ROWS[w],
+            claims.append(claim_best(f"{d}: a linear probe on VQ-WAE's quantized latents is the most accurate",
+                                      against_baselines(acc, w), w, lower=False, config=WAE_ROWS[w],
                                       close=within_accuracy_error(b.eval_limit or 10_000)))
     return Section("Linear probe", P.PROBE["table"],
                    ["dataset", "model", "accuracy % on quantized (paper)", "accuracy % on continuous"], rows, claims)
@@ -462,8 +232,8 @@ def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section
             rows.append([d, NAMES[m], fmt(sil[m])])
             figures.append(png)
         for w in WAE_ROWS:
-            claims.append(_claim_best(f"{d}: VQ-WAE's classes are the best separated in t-SNE (highest silhouette)",
-                                      _against_baselines(sil, w), w, lower=False, config=WAE_ROWS[w],
+            claims.append(claim_best(f"{d}: VQ-WAE's classes are the best separated in t-SNE (highest silhouette)",
+                                      against_baselines(sil, w), w, lower=False, config=WAE_ROWS[w],
                                       close=within_silhouette_spread))
     return Section("t-SNE", "Figure 't-SNE feature visualization' (fig:tsne), with a silhouette score",
                    ["dataset", "model", "silhouette of classes"], rows, claims, figures)
@@ -488,13 +258,13 @@ def generation(datasets, results, b: Budget, out: Path, device="auto", inception
                                             stats_cache=FIDStatsCache(), device=dev, limit=b.eval_limit,
                                             prior_dir=run / (layout.ALT_PRIORS[True] if cond else layout.PRIOR)))
                 layout.update_eval(run, {k: r.get(k) for k in ("gfid_uncond", "gfid_cond")} | {"generation_budget": b.name})
-            paper = P.GENERATION["values"].get(_paper_key(d, m), (None, None))
+            paper = P.GENERATION["values"].get(paper_key(d, m), (None, None))
             fids[m] = r.get("gfid_uncond")
             rows.append([d, NAMES[m], _paper_pair(r.get("gfid_uncond"), paper[0]),
                          _paper_pair(r.get("gfid_cond"), paper[1])])
         for w in WAE_ROWS:
-            claims.append(_claim_best(f"{d}: VQ-WAE's codes give the lowest unconditional generation FID",
-                                      _against_baselines(fids, w), w, lower=True, config=WAE_ROWS[w]))
+            claims.append(claim_best(f"{d}: VQ-WAE's codes give the lowest unconditional generation FID",
+                                      against_baselines(fids, w), w, lower=True, config=WAE_ROWS[w]))
     notes = [] if inception is not None else [f"Generation FID not computed: {why}"]
     return Section("Generation", P.GENERATION["table"],
                    ["dataset", "model", "FID unconditional (paper)", "FID class-conditional (paper)"], rows, claims,
@@ -518,9 +288,9 @@ def ffhq_rows(datasets, results, b: Budget, out: Path, ffhq=(None, ""), **_) -> 
     if data:
         ppl = {m: _get(results, specs[m], "perplexity") for m in FFHQ_MODELS}
         rfid = {m: _get(results, specs[m], "rfid") for m in FFHQ_MODELS}
-        claims.append(_claim_best(f"{data}: inside VQGAN, VQ-WAE has the higher codebook perplexity (paper: 1022 vs 423)",
+        claims.append(claim_best(f"{data}: inside VQGAN, VQ-WAE has the higher codebook perplexity (paper: 1022 vs 423)",
                                   {names[m]: v for m, v in ppl.items()}, names["vqwae"], lower=False, config="paper"))
-        claims.append(_claim_best(f"{data}: inside VQGAN, VQ-WAE has the lower rFID (paper: 4.20 vs 4.42)",
+        claims.append(claim_best(f"{data}: inside VQGAN, VQ-WAE has the lower rFID (paper: 4.20 vs 4.42)",
                                   {names[m]: v for m, v in rfid.items()}, names["vqwae"], lower=True, config="paper"))
         if data != "ffhq":  # a stand-in's numbers test the path; they do not bear on the paper's claims
             claims = [Claim(c.text, None, f"not checked on a stand-in: {c.detail}", c.config) for c in claims]
@@ -548,3 +318,4 @@ def ffhq_rows(datasets, results, b: Budget, out: Path, ffhq=(None, ""), **_) -> 
 
 ANALYSES = {"recon": recon, "codebook-size": codebook_size, "pi-init": pi_init, "lambda": lam, "probe": probe,
             "generation": generation, "controllability": controllability, "tsne": tsne, "ffhq": ffhq_rows}
+
