@@ -31,13 +31,10 @@ def int_list(text: str, name: str) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class NetworkOptions:
-    """The network options a training run sets (its ``network`` section); the rest follows from the data."""
+class VQGANSizes:
+    """The taming-transformers encoder / decoder's sizes (taming's defaults: the paper's FFHQ network, f = 16),
+    declared once for the run's options and the model's config."""
 
-    arch: str = option("auto", "auto: the paper's conv32 / conv64 by image size | vqgan: the taming-transformers "
-                       "encoder / decoder (any size its factor divides)", choices=("auto", "vqgan"))
-    authors_quirks: bool = option(False, "conv32: the authors' shared residual weights and in-place ReLU")
-    # vqgan only (taming's defaults: the paper's FFHQ network, f = 16):
     ch: int = option(128, "vqgan: channels of the first level", min=1)
     ch_mult: str = option("1,1,2,2,4", "vqgan: channel multiplier per level; f = 2^(levels - 1)")
     num_res_blocks: int = option(2, "vqgan: residual blocks per level", min=1)
@@ -46,14 +43,22 @@ class NetworkOptions:
 
     def __post_init__(self):
         check_fields(self)
-        int_list(self.ch_mult, "ch_mult")
         int_list(self.attn_resolutions, "attn_resolutions")
         if not int_list(self.ch_mult, "ch_mult"):
             raise ValueError("ch_mult needs at least one level")
 
 
 @dataclass(frozen=True)
-class NetworkConfig:
+class NetworkOptions(VQGANSizes):
+    """The network options a training run sets (its ``network`` section); the rest follows from the data."""
+
+    arch: str = option("auto", "auto: the paper's conv32 / conv64 by image size | vqgan: the taming-transformers "
+                       "encoder / decoder (any size its factor divides)", choices=("auto", "vqgan"))
+    authors_quirks: bool = option(False, "conv32: the authors' shared residual weights and in-place ReLU")
+
+
+@dataclass(frozen=True)
+class NetworkConfig(VQGANSizes):
     arch: str = option("conv32", "conv32 (latent 8x8) | conv64 (CelebA, latent 16x16) | vqgan", choices=ARCHITECTURES)
     in_channels: int = option(3, "image channels (1 for MNIST)", min=1)
     hidden: int = option(128, "channels of the trunk", min=1)
@@ -61,16 +66,10 @@ class NetworkConfig:
     num_res_layers: int = option(2, "2 for conv32, 6 for conv64 (the paper's CelebA encoder)", min=0)
     latent_dim: int = option(64, "D, must equal the quantizer's dim", min=1)
     authors_quirks: bool = option(False, "conv32: the authors' shared residual weights and in-place ReLU")
-    # vqgan only (see NetworkOptions):
     image_size: int | None = option(None, "vqgan: image side (sets where attention sits)", min=1)
-    ch: int = option(128, "vqgan: channels of the first level", min=1)
-    ch_mult: str = option("1,1,2,2,4", "vqgan: channel multiplier per level")
-    num_res_blocks: int = option(2, "vqgan: residual blocks per level", min=1)
-    attn_resolutions: str = option("16", "vqgan: feature-map sides with self-attention")
-    z_channels: int = option(256, "vqgan: channels before the 1x1 projection to D", min=1)
 
     def __post_init__(self):
-        check_fields(self)
+        super().__post_init__()
         if self.arch == "vqgan" and self.image_size is None:
             raise ValueError("a vqgan network needs image_size")
 
