@@ -25,9 +25,8 @@ LAYERS = [
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
-# Known upward imports, to be removed (issue #38): training reads the run folder's names and its lock from runs/,
-# whose layout reads TrainConfig from training/. A new upward import fails the test.
-KNOWN = {("training", "runs")}
+# Known upward imports, each to be removed (none left).
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _imports(path: Path) -> set[str]:

@@ -27,7 +27,7 @@ from vqwae.cli.main import app
 from vqwae.models import NetworkConfig, VQAutoencoder
 from vqwae.quantizers import WassersteinQuantizer
 from vqwae.runs import layout
-from vqwae.runs.lock import RunFolderBusy, RunLock
+from vqwae.training.lock import RunFolderBusy, RunLock
 from vqwae.training import TrainConfig, checkpoint, train
 
 TINY = ["--dataset", "digits", "--train-limit", "64", "--eval-limit", "32", "--num-codes", "16", "--device", "cpu"]

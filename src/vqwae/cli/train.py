@@ -10,7 +10,7 @@ import typer
 from vqwae.cli.common import fail, nonempty_path
 from vqwae.cli.options import with_config_options
 from vqwae.runs.layout import CONFIG, STATE, last_epoch, read_metrics, resume_config
-from vqwae.runs.lock import RunFolderBusy
+from vqwae.training.lock import RunFolderBusy
 from vqwae.training import TrainConfig, TrainingDiverged, train
 
 

@@ -34,7 +34,7 @@ from vqwae.figures.image_folder import save_image_folder
 from vqwae.prior.pixelcnn import CONFIG_NAME, WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
 from vqwae.prior.sampling import sample as sample_codes
 from vqwae.prior.train import SUMMARY_NAME, PriorTrainResult, cached_codes, train_prior, weights_fingerprint
-from vqwae.data.codes import load_codes, read_meta
+from vqwae.data.codes import CodesDataset, read_meta
 from vqwae.files import atomic_write_text
 from vqwae.runs import layout
 from vqwae.runs.codes import check_codes_match
@@ -235,7 +235,8 @@ def train_run_prior(
 
 def _codes_from_file(run_dir: Path, path, conditional: bool):
     """(codes, labels, K, classes, the file's absolute path) of a codes file that RUN_DIR's weights wrote."""
-    codes, labels, meta = load_codes(path)
+    ds = CodesDataset(path)  # what any second stage reads; the prior takes its tensors whole
+    codes, labels, meta = ds.codes, ds.labels, ds.meta
     check_codes_match(run_dir, meta, path)
     if meta.levels is not None or codes.dim() != 3:
         raise ValueError(f"{path} holds codes of shape {meta.grid}: the PixelCNN prior models (h, w) grids of one "

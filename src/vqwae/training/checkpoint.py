@@ -60,7 +60,7 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_state(path: Path, **state) -> None:
-    """Write the resumable state (and the RNG states) to ``path`` (the run folder's layout.STATE), atomically."""
+    """Write the resumable state (and the RNG states) to ``path`` (the run folder's ``folder.STATE``), atomically."""
     atomic_torch_save({**state, "rng": rng_state()}, Path(path))
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from vqwae.runs import layout
+from vqwae.training import folder
 
 
 class NullLogger:
@@ -35,7 +35,7 @@ class TensorBoardLogger(NullLogger):
         except ImportError as e:  # torch's writer needs the tensorboard package
             raise ValueError("--logger tensorboard needs the tensorboard package: pip install 'vqwae[tensorboard]'") from e
         self.every = every
-        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / layout.TENSORBOARD))
+        self.writer = SummaryWriter(log_dir=str(Path(run_dir) / folder.TENSORBOARD))
 
     def step(self, step: int, values: dict) -> None:
         if step % self.every:

@@ -39,8 +39,8 @@ from vqwae.metrics.usage import CodeUsage
 from vqwae.models import VQAutoencoder, build_networks
 from vqwae.progress import progress_bar, refresh_interval
 from vqwae.quantizers import build_quantizer
-from vqwae.runs import layout
-from vqwae.runs.lock import hold_run_folder
+from vqwae.training import folder
+from vqwae.training.lock import hold_run_folder
 from vqwae.threads import cpu_threads, default_num_threads
 from vqwae.training import checkpoint
 from vqwae.training.adversarial import BETAS, AdversarialLoss
@@ -138,7 +138,7 @@ def _wrap_ddp(model: VQAutoencoder) -> DDP:
     itself (its statistics are all-reduced), and rank 0's would overwrite them. Gradients are views of DDP's
     buckets (no copy). A 1-channel input's first convolution gets its weight gradient from the backward with
     other (equivalent) strides than the weight's, which DDP reports as a layout mismatch on every step: the hook
-    hands DDP that gradient in the weight's own layout."""
+    hands DDP that gradient in the weight's own folder."""
     for p in model.parameters():
         if p.requires_grad:
             p.register_hook(functools.partial(_in_layout_of, p))
@@ -152,19 +152,19 @@ def _in_layout_of(param: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
 
 
 def _check_run_dir(run_dir: Path, resume: bool) -> None:
-    existing = layout.existing_run_files(run_dir)
+    existing = folder.existing_run_files(run_dir)
     if existing and not resume:
         raise FileExistsError(
             f"{run_dir} already holds a run ({', '.join(existing)}); pass --resume to continue it, "
             "or choose another --out (nothing was overwritten)"
         )
-    if resume and not (run_dir / layout.STATE).exists():
+    if resume and not (run_dir / folder.STATE).exists():
         # state.pt is written after each epoch's metrics line, so a run killed during its first state write
         # records one epoch (it restarts); a run that records more has lost its state.pt: restarting would
         # silently replace its weights and metrics
-        epochs = layout.last_epoch(layout.read_metrics(run_dir))
+        epochs = folder.last_epoch(folder.read_metrics(run_dir))
         if epochs > 1:
-            raise FileNotFoundError(f"cannot resume: {run_dir / layout.STATE} is missing, yet {run_dir} records "
+            raise FileNotFoundError(f"cannot resume: {run_dir / folder.STATE} is missing, yet {run_dir} records "
                                     f"{epochs} trained epochs; nothing was changed (restore the file, or train into "
                                     "another --out)")
 
@@ -200,7 +200,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
 def _remove_if_unused(run_dir: Path) -> None:
     """A run that stopped before its first checkpoint (bad data, a bad option) leaves no folder behind: this
     removes RUN_DIR when it holds nothing but what this process wrote into it (its lock and config.json)."""
-    ours = {layout.LOCK, layout.CONFIG}
+    ours = {folder.LOCK, folder.CONFIG}
     with contextlib.suppress(OSError):
         if all(p.name in ours and p.is_file() for p in run_dir.iterdir()):
             for name in ours:
@@ -247,28 +247,28 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
     scaler = torch.amp.GradScaler(device.type, enabled=run.precision == "fp16" and device.type == "cuda")
     autocast = _autocast_factory(run.precision, device)
     start_epoch, step, best = 0, 0, math.inf
-    if resume and (run_dir / layout.STATE).exists():
-        state = checkpoint.load_state(run_dir / layout.STATE)
+    if resume and (run_dir / folder.STATE).exists():
+        state = checkpoint.load_state(run_dir / folder.STATE)
         try:
             model.load_state_dict(state["model"])
         except RuntimeError as e:
-            raise ValueError(f"cannot resume: {run_dir / layout.STATE} does not match this configuration: {e}") from e
+            raise ValueError(f"cannot resume: {run_dir / folder.STATE} does not match this configuration: {e}") from e
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         if gan is not None:
             if "gan" not in state:
-                raise ValueError(f"cannot resume: {run_dir / layout.STATE} holds no discriminator state")
+                raise ValueError(f"cannot resume: {run_dir / folder.STATE} holds no discriminator state")
             gan.load_state_dict(state["gan"])
         start_epoch, step, best = state["epoch"], state["step"], state["best_val_mse"]
         checkpoint.set_rng_state(state["rng"])
     else:
         torch.manual_seed(run.seed + rank)  # per-rank randomness (e.g. SQ-VAE's Gumbel noise)
     if main:  # only once the data, the model and any saved state have loaded: a failed start changes nothing
-        layout.write_config(run_dir, cfg)
+        folder.write_config(run_dir, cfg)
     if resume and main:
         # Lines of epochs after the saved state (or every line, when killed before the first state was
         # written) are written again by this run.
-        layout.truncate_metrics(run_dir, start_epoch)
+        folder.truncate_metrics(run_dir, start_epoch)
     ddp_model = _wrap_ddp(model) if dist_info.enabled else model
     if gan is not None and dist_info.enabled:
         gan.wrap_ddp(DDP)
@@ -359,9 +359,9 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
             if metrics["val/mse"] < best:
                 best = metrics["val/mse"]
                 model.save_pretrained(run_dir)
-            layout.append_metrics(run_dir, metrics)
+            folder.append_metrics(run_dir, metrics)
             logger.epoch(step, metrics)
-            checkpoint.save_state(run_dir / layout.STATE, model=model.state_dict(), optimizer=optimizer.state_dict(),
+            checkpoint.save_state(run_dir / folder.STATE, model=model.state_dict(), optimizer=optimizer.state_dict(),
                                   scheduler=scheduler.state_dict(), epoch=epoch + 1, step=step,
                                   best_val_mse=best, config=cfg.to_dict(),
                                   **({"gan": gan.state_dict()} if gan is not None else {}))

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from vqwae.training.folder import LOCK
+
 try:
     import fcntl
 except ImportError:  # Windows
@@ -59,8 +61,6 @@ class RunLock:
     """``with RunLock(run_dir):`` holds the folder's lock, or raises :class:`RunFolderBusy` naming the holder."""
 
     def __init__(self, run_dir: str | os.PathLike):
-        from vqwae.runs.layout import LOCK  # here: layout imports the trainer, which imports this module
-
         self.path = Path(run_dir) / LOCK
         self._fd: int | None = None
 

@@ -1,0 +1,132 @@
+"""The run folder as training writes it (RUN_DIR): every file name it holds, and the one way to write each.
+
+    RUN_DIR/config.json                the resolved TrainConfig (format_version 2: nested sections)
+    RUN_DIR/model.safetensors          best weights by validation MSE
+    RUN_DIR/model_config.json          the model's own config (VQAutoencoder.from_pretrained(RUN_DIR))
+    RUN_DIR/metrics.jsonl              one JSON object per epoch
+    RUN_DIR/state.pt                   resumable training state (vqwae.training.checkpoint)
+    RUN_DIR/run.lock                   held by the process training into RUN_DIR (vqwae.training.lock)
+    RUN_DIR/eval.json                  results of eval / probe / tsne / generation, merged key by key
+    RUN_DIR/code_usage_SPLIT.json|png  code histogram of a split (and the learned pi)
+    RUN_DIR/reconstructions_SPLIT.png  originals above reconstructions
+    RUN_DIR/training_curves.png        metrics.jsonl as curves
+    RUN_DIR/tsne.png                   t-SNE of the quantized latents
+    RUN_DIR/tensorboard/               TensorBoard event files (vqwae train --logger tensorboard)
+    RUN_DIR/prior/                     the PixelCNN prior (vqwae prior train); prior_cond/, prior_uncond/ beside it
+    RUN_DIR/samples/                   images sampled from the prior (vqwae sample)
+
+A run's *record* is its small text files (config, metrics, eval.json, usage histograms) and its t-SNE picture:
+everything a report reads once the run is trained and evaluated, without the weights (see RECORD_FILES).
+
+The names live here, below training, because training writes the folder; the workflows over a finished run
+(``vqwae.runs``: its config, model and data) read them through ``vqwae.runs.layout``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from vqwae.figures import read_metrics_jsonl
+from vqwae.files import atomic_write_text
+from vqwae.models import VQAutoencoder
+from vqwae.models.pretrained import WEIGHTS_NAME
+
+CONFIG = "config.json"
+MODEL_WEIGHTS = WEIGHTS_NAME  # "model.safetensors": the model folder's files are the model's (PretrainedMixin)
+MODEL_CONFIG = VQAutoencoder.config_name  # "model_config.json"
+METRICS = "metrics.jsonl"
+STATE = "state.pt"
+LOCK = "run.lock"
+EVAL = "eval.json"
+TRAINING_CURVES = "training_curves.png"
+TSNE = "tsne.png"
+TENSORBOARD = "tensorboard"
+SAMPLES = "samples"
+PRIOR = "prior"
+#: Second prior folders, so an unconditional and a class-conditional prior can coexist: {conditional: name}.
+ALT_PRIORS = {True: "prior_cond", False: "prior_uncond"}
+
+PathLike = str | os.PathLike
+#: The files of a run's record (plus code_usage_SPLIT.json): what `vqwae reproduce --records` keeps.
+RECORD_FILES = (CONFIG, MODEL_CONFIG, METRICS, EVAL, TSNE)
+
+
+def code_usage_json(run_dir: PathLike, split: str) -> Path:
+    return Path(run_dir) / f"code_usage_{split}.json"
+
+
+def code_usage_png(run_dir: PathLike, split: str) -> Path:
+    return Path(run_dir) / f"code_usage_{split}.png"
+
+
+def reconstructions_png(run_dir: PathLike, split: str) -> Path:
+    return Path(run_dir) / f"reconstructions_{split}.png"
+
+
+def record_files(run_dir: PathLike) -> list[Path]:
+    """The files of RUN_DIR's record that exist (RECORD_FILES and the code usage histograms' JSON)."""
+    d = Path(run_dir)
+    return [d / n for n in RECORD_FILES if (d / n).is_file()] + sorted(d.glob("code_usage_*.json"))
+
+
+def has_weights(run_dir: PathLike) -> bool:
+    return (Path(run_dir) / MODEL_WEIGHTS).is_file()
+
+
+# ---- what a folder holds --------------------------------------------------------------------------------
+def existing_run_files(run_dir: PathLike) -> list[str]:
+    """The files that make a folder a run (empty for a new folder)."""
+    return [name for name in (STATE, METRICS, MODEL_WEIGHTS) if (Path(run_dir) / name).exists()]
+
+
+def check_trained(run_dir: PathLike) -> Path:
+    """RUN_DIR as a Path, or a one-line error saying why it is not a trained run folder."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise FileNotFoundError(f"run folder {d} not found")
+    if not (d / CONFIG).is_file() or not (d / MODEL_WEIGHTS).is_file():
+        raise FileNotFoundError(f"{d} is not a trained run folder (no {CONFIG} / {MODEL_WEIGHTS}; make one with "
+                                "`vqwae train`)")
+    return d
+
+
+# ---- config, metrics, eval.json ------------------------------------------------------------------
+def write_config(run_dir: PathLike, cfg) -> None:
+    atomic_write_text(Path(run_dir) / CONFIG, json.dumps(cfg.to_dict(), indent=2))
+
+
+def last_epoch(history: list[dict]) -> int:
+    """The last epoch metrics.jsonl records (``history`` as ``read_metrics`` returns it; 0 for none)."""
+    return max((m.get("epoch", 0) for m in history), default=0)
+
+
+def read_metrics(run_dir: PathLike) -> list[dict]:
+    """metrics.jsonl as a list of dicts ([] when there is none; a line cut short by a crash is skipped)."""
+    p = Path(run_dir) / METRICS
+    return read_metrics_jsonl(p) if p.is_file() else []
+
+
+def append_metrics(run_dir: PathLike, row: dict) -> None:
+    with open(Path(run_dir) / METRICS, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def truncate_metrics(run_dir: PathLike, epochs_done: int) -> None:
+    """Drop metric lines of epochs after the last saved state (a crash between the two writes)."""
+    rows = read_metrics(run_dir)
+    keep = [r for r in rows if r.get("epoch", 0) <= epochs_done]
+    if len(keep) != len(rows):
+        atomic_write_text(Path(run_dir) / METRICS, "".join(json.dumps(r) + "\n" for r in keep))
+
+
+def read_eval(run_dir: PathLike) -> dict:
+    p = Path(run_dir) / EVAL
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def update_eval(run_dir: PathLike, values: dict, drop: tuple[str, ...] = ()) -> dict:
+    """Merge ``values`` into RUN_DIR/eval.json (atomically), removing the keys ``drop``; returns the merged dict."""
+    merged = {k: v for k, v in {**read_eval(run_dir), **values}.items() if k not in drop or k in values}
+    atomic_write_text(Path(run_dir) / EVAL, json.dumps(merged, indent=2))
+    return merged
