@@ -9,6 +9,18 @@ import torch
 # Largest number of (latent, code) distance entries materialised at once by the nearest-code search:
 # 2**24 float32 entries = 64 MiB, whatever K and the number of latents.
 SEARCH_CHUNK_ENTRIES = 1 << 24
+# On a CPU the passes over the distances (min, argmin) run at cache speed when a chunk fits in the cache, and at
+# memory speed when it does not: 2**19 entries (2 MiB) per chunk made the search at K = 8,192 over 2,048 latents
+# 1.5x faster on one core than one 64 MiB chunk, and changed nothing at K = 512 (BENCHMARKS.md section 13h).
+CPU_CHUNK_ENTRIES = 1 << 19
+
+
+def chunk_rows(chunk_entries: int, per_row: int, device: torch.device) -> int:
+    """Rows of latents per chunk: at most ``chunk_entries`` distances (``per_row`` each) at once, and on a CPU at
+    most a cache-sized chunk."""
+    if device.type == "cpu":
+        chunk_entries = min(chunk_entries, CPU_CHUNK_ENTRIES)
+    return max(1, chunk_entries // max(1, per_row))
 
 
 def squared_distances(x: torch.Tensor, codebook: torch.Tensor) -> torch.Tensor:
@@ -23,7 +35,7 @@ def nearest_code(x: torch.Tensor, codebook: torch.Tensor, chunk_entries: int = S
     """Index of the nearest codeword for each row of x (N, D), computed in chunks of rows so that at most
     ``chunk_entries`` distances exist at once (bounded memory for K up to 16k and 65k+ latents)."""
     n = x.shape[0]
-    rows = max(1, chunk_entries // max(1, codebook.shape[0]))
+    rows = chunk_rows(chunk_entries, codebook.shape[0], x.device)
     c2 = codebook.pow(2).sum(-1)
     out = torch.empty(n, dtype=torch.long, device=x.device)
     for start in range(0, n, rows):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from vqwae.ot.cost import chunk_rows
 from vqwae.ot.histogram import code_histogram
 from vqwae.ot.transport import Solver, Transport, latents_by_group
 
@@ -73,8 +74,8 @@ def assign(
     k = codebook.shape[0]
     c2 = codebook.pow(2).sum(-1)  # (K,)
     ct = codebook.t()
-    rows = max(1, chunk_entries // max(1, g * k))  # batch rows per chunk
-    if rows >= b:  # one chunk (the usual training case): no output buffers, no copies
+    rows = chunk_rows(chunk_entries, g * k, x.device)  # batch rows per chunk
+    if rows >= b:  # one chunk (K <= 256 on a CPU, any usual batch on a GPU): no output buffers, no copies
         dist = torch.addmm(c2, x.reshape(-1, d), ct, alpha=-2.0).view(b, g, k)
         vals, nearest = dist.min(-1)
         assigned = dist.sub_(potential).argmin(-1) if potential is not None else None
