@@ -1,4 +1,4 @@
-"""The README's "Use it in your own model" examples run as written."""
+"""The README's examples run as written: every Python block, and the tokenizer section's commands."""
 import re
 from pathlib import Path
 
@@ -12,13 +12,6 @@ def _blocks(section: str) -> list[str]:
     start = text.index(f"## {section}\n")
     end = text.index("\n## ", start + 1)
     return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)
-
-
-@pytest.mark.parametrize("index", range(2))
-def test_use_it_in_your_own_model_examples_run(index):
-    blocks = _blocks("Use it in your own model")
-    assert len(blocks) == 2
-    exec(compile(blocks[index], f"README.md example {index + 1}", "exec"), {})
 
 
 def _bash_blocks(section: str) -> list[str]:
@@ -52,3 +45,27 @@ def test_use_vqwae_as_a_tokenizer_commands_and_example_run(tmp_path, monkeypatch
     assert ran == 6
     (example,) = _blocks("Use vqwae as a tokenizer")
     exec(compile(example, "README.md tokenizer example", "exec"), {})
+
+
+def _all_python_blocks() -> list[tuple[str, str]]:
+    """(section, block) for every ```python block of the README, by its ## section."""
+    out, section = [], ""
+    for part in re.split(r"(?m)^(## .*)$", README.read_text()):
+        if part.startswith("## "):
+            section = part[3:].strip()
+        else:
+            out += [(section, b) for b in re.findall(r"```python\n(.*?)```", part, flags=re.S)]
+    return out
+
+
+@pytest.mark.parametrize("section,block", [b for b in _all_python_blocks() if b[0] != "Use vqwae as a tokenizer"],
+                         ids=lambda v: v[:30] if isinstance(v, str) else None)
+def test_every_python_block_of_the_readme_runs(section, block, tmp_path, monkeypatch):
+    """The tokenizer section's block needs its commands first: the test above runs the two together."""
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, f"README.md, {section}", "exec"), {})
+
+
+def test_every_python_block_is_run_by_a_test():
+    sections = [s for s, _ in _all_python_blocks()]
+    assert len(sections) >= 5 and "Use vqwae as a tokenizer" in sections
