@@ -175,12 +175,16 @@ class SemiDiscreteSolver(Solver):
 
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False, *,
                  potential_lr: float | None = None, pooling: float = 4.0, scale_decay: float = 0.9,
-                 chunk_entries: int = CHUNK_ENTRIES, potential_steps: int = 1):
+                 chunk_entries: int = CHUNK_ENTRIES, potential_steps: int = 1,
+                 potential_steps_until: int | None = None):
         super().__init__(groups, num_codes, shared, global_batch)
         potential_lr = default_potential_lr(shared) if potential_lr is None else potential_lr
         self.potential_lr, self.pooling, self.scale_decay, self.chunk_entries = (potential_lr, pooling, scale_decay,
                                                                                   chunk_entries)
-        self.potential_steps = potential_steps
+        self.potential_steps, self.potential_steps_until = potential_steps, potential_steps_until
+        # training batches this process has updated on: a host-side count (no device read), not saved, so a
+        # resumed run takes potential_steps again for potential_steps_until batches (it only speeds the ascent)
+        self.updates = 0
         self.register_buffer("potential", torch.zeros(groups, num_codes))  # g / scale
         self.register_buffer("scale", torch.zeros(()))  # EMA of the quantization error (0: not yet set)
 
@@ -207,7 +211,9 @@ class SemiDiscreteSolver(Solver):
             pi = log_pi.detach().exp()
             # potential_steps > 1: step g, re-assign the batch to it, step again: the plan that moves the codebook
             # and the WS value then come from a potential nearer the batch's optimum (one distance pass each).
-            for _ in range(self.potential_steps - 1):
+            warm = self.potential_steps_until is None or self.updates < self.potential_steps_until
+            self.updates += 1
+            for _ in range(self.potential_steps - 1 if warm else 0):
                 self._ascend(assignment_mass(assigned, assigned.shape[1], self.num_codes), quant_err, pi,
                              count=assigned.shape[0], scale=False)
                 g = self.code_potential()

@@ -98,6 +98,8 @@ class WassersteinOptions:
     potential_steps: int = option(1, "vqwae semidiscrete: ascent steps on the potential per training batch, each "
                                   "re-assigning the batch to the stepped potential (1: one step, the shipped solver)",
                                   min=1)
+    potential_steps_until: int | None = option(None, "vqwae semidiscrete: take potential_steps only for this many "
+                                               "training batches of this process, then one (None: always)", min=0)
     potential_pooling: float = option(4.0, "vqwae semidiscrete: weight of the potential's component shared by "
                                       "positions", min=0)
     scale_decay: float = option(0.9, "vqwae semidiscrete: EMA decay of the cost scale (the quantization error)",
@@ -128,7 +130,9 @@ class WassersteinOptions:
         option existed (a run's identity leaves them out, so that adding one does not change the identity of
         runs it cannot affect)."""
         unread = () if self.splits_dead_cells else ("split_dead",)
-        return unread + (("potential_steps",) if self.potential_steps == 1 else ())
+        if self.potential_steps == 1:
+            unread += ("potential_steps", "potential_steps_until")
+        return unread
 
 
 @dataclass(frozen=True)
