@@ -74,9 +74,7 @@ def prior_train_command(
     out_dir = out if out is not None else run_dir / layout.PRIOR
     if holds_prior(out_dir) and not force:
         fail(f"{out_dir} already holds a trained prior; pass --force to replace it, or --out to keep both")
-    replaced = kind_replaced(out_dir, conditional)
-    if replaced:
-        typer.echo(f"note: replacing the {replaced} prior in {out_dir} (use --out to keep both)", err=True)
+    replaced = kind_replaced(out_dir, conditional)  # said after training: a failed start replaces nothing
     try:
         with threads_on(dev, threads):
             result, summary = train_and_record_prior(
@@ -86,6 +84,8 @@ def prior_train_command(
                 codes_file=codes, val_codes_file=val_codes, on_epoch=_print_epoch)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
+    if replaced:
+        typer.echo(f"note: this replaced the {replaced} prior in {out_dir} (use --out to keep both)", err=True)
     typer.echo(f"{'class-conditional' if conditional else 'unconditional'} prior: best epoch {result.best_epoch}, "
                f"NLL {result.best_val_bpc:.4f} bits/code (uniform: {summary['uniform_bpc']:.3f}), "
                f"{summary['num_train']} train grids {tuple(summary['grid'])}, {result.steps} steps -> {result.out_dir}")

@@ -148,7 +148,8 @@ def encode_to_file(source: PathLike, out: PathLike, *, split: str = "test", limi
             distributed.teardown()
 
 
-def check_codes_match(source: PathLike, meta: CodesMeta, codes_path: PathLike, model: VQAutoencoder | None = None) -> None:
+def check_codes_match(source: PathLike, meta: CodesMeta, codes_path: PathLike,
+                      model: VQAutoencoder | None = None) -> None:
     """A ValueError naming both sides when the codes were not written by the weights in ``source``."""
     current = model_fingerprint(source)
     k = model.num_codes if model is not None else None
