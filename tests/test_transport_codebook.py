@@ -139,20 +139,3 @@ def test_more_potential_steps_bring_the_cells_nearer_pi_on_the_same_batches():
 
     one, four = run(1), run(4)
     assert four < 0.75 * one, (one, four)  # measured: 0.113 against 0.069
-
-
-def test_potential_steps_until_returns_to_one_step_after_its_batches():
-    """potential_steps_until=n: the extra ascent steps for the first n batches only (a host-side count: no device
-    read), then exactly the one-step solver."""
-    def state(**options) -> dict:
-        torch.manual_seed(0)
-        q = WassersteinQuantizer(num_codes=16, dim=4, channel_last=True, split_dead=0.0, **options).train()
-        data = torch.randn(8, 128, 4)
-        for x in data:
-            q(x[None])
-        return q.state_dict()
-
-    one, never = state(), state(potential_steps=4, potential_steps_until=0)
-    assert all(torch.equal(one[k], never[k]) for k in one)
-    early = state(potential_steps=4, potential_steps_until=3)
-    assert not torch.equal(one["solver.potential"], early["solver.potential"])

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import (DataRoot, Device, Threads, at_least, device_or_fail, fail, nonempty_path, print_wall,
-                              show_progress, threads_on)
+from vqwae.cli.common import (DataRoot, Device, Threads, at_least, device_or_fail, fail, nonempty_path,
+                              out_folder_or_fail, print_wall, threads_on)
 from vqwae.figures.image_folder import save_image_folder
-from vqwae.progress import progress_bar
 from vqwae.runs.codes import decode_file, encode_to_file
 
 Opt = typer.Option
@@ -52,7 +51,7 @@ def encode_command(
         with threads_on(dev, threads):
             path, meta, n = encode_to_file(run_dir, out, split=split, limit=limit, images=images or None,
                                            batch_size=batch_size, device=dev, data_root=data_root,
-                                           num_workers=num_workers, progress=show_progress(), force=force)
+                                           num_workers=num_workers, progress=True, force=force)
     except (FileNotFoundError, FileExistsError, IsADirectoryError, ValueError) as e:
         fail(str(e))
     if int(os.environ.get("RANK", "0")) == 0:
@@ -79,17 +78,15 @@ def decode_command(
     at_least("--grid", grid)
     at_least("--batch-size", batch_size)
     at_least("--threads", threads)
-    if out.exists() and not out.is_dir():
-        fail(f"--out {out} is a file, not a folder")
+    out_folder_or_fail(out)
     dev = device_or_fail(device)
     try:
         with threads_on(dev, threads):
             images, labels, meta = decode_file(run_dir, codes, limit=limit, batch_size=batch_size, device=dev,
-                                               progress=show_progress())
+                                               progress=True)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     suffixes = [f"_class{int(c)}" for c in labels] if labels is not None else None
-    save_image_folder(images, out, prefix="image", suffixes=suffixes, grid_count=grid,
-                      progress=lambda it: progress_bar(it, desc="write PNGs" if show_progress() else None, unit="img"))
+    save_image_folder(images, out, prefix="image", suffixes=suffixes, grid_count=grid, progress=True)
     typer.echo(f"{images.shape[0]} images ({meta.source}) -> {out}/ (+ grid.png)")
     print_wall(t0)

@@ -88,10 +88,10 @@ def at_least(name: str, value: int | float | None, minimum=1) -> None:
         fail(f"{name} must be >= {minimum}, got {value}")
 
 
-def show_progress() -> bool:
-    """Commands always report progress: a bar in a terminal, a line at least every 30 s in a log file
-    (``vqwae.progress``)."""
-    return True
+def out_folder_or_fail(out: Path | None) -> None:
+    """An --out that names an existing file where a folder of images goes: one line."""
+    if out is not None and out.exists() and not out.is_dir():
+        fail(f"--out {out} is a file, not a folder")
 
 
 def print_wall(t0: float) -> None:

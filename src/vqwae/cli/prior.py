@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, disk_errors,
-                              fail, nonempty_path, print_wall, show_progress, threads_on)
+                              fail, nonempty_path, out_folder_or_fail, print_wall, threads_on)
 from vqwae.runs import layout
 from vqwae.runs.prior import generate, holds_prior, kind_replaced, save_samples, train_and_record_prior
 
@@ -80,7 +80,7 @@ def prior_train_command(
             result, summary = train_and_record_prior(
                 run_dir, conditional=conditional, epochs=epochs, batch_size=batch_size, lr=lr, hidden_channels=hidden,
                 num_layers=layers, max_steps=max_steps, device=dev, train_limit=train_limit, eval_limit=eval_limit,
-                out_dir=out_dir, data_root=data_root, seed=seed, progress=show_progress(), refresh_codes=refresh_codes,
+                out_dir=out_dir, data_root=data_root, seed=seed, progress=True, refresh_codes=refresh_codes,
                 codes_file=codes, val_codes_file=val_codes, on_epoch=_print_epoch)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
@@ -124,8 +124,7 @@ def sample_command(
     at_least("--n", n)
     if n > MAX_SAMPLES:  # one PNG each, all held in memory: a typo of a few digits would fill the machine
         fail(f"--n must be at most {MAX_SAMPLES:,} (one PNG per image), got {n}")
-    if out is not None and out.exists() and not out.is_dir():
-        fail(f"--out {out} is a file, not a folder")
+    out_folder_or_fail(out)
     at_least("--batch-size", batch_size)
     at_least("--nrow", nrow)
     if not math.isfinite(temperature) or temperature < 0:
@@ -138,7 +137,7 @@ def sample_command(
         with threads_on(dev, threads):
             images, labels, pdir = generate(run_dir, n, labels=klass, conditional=True if klass is not None else None,
                                             prior_dir=prior, temperature=temperature, seed=seed,
-                                            batch_size=batch_size, device=dev, progress=show_progress())
+                                            batch_size=batch_size, device=dev, progress=True)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     out = save_samples(images, labels, out if out is not None else run_dir / layout.SAMPLES, nrow=nrow,

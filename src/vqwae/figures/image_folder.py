@@ -12,16 +12,18 @@ from typing import Sequence
 
 import torch
 
+from vqwae.progress import progress_bar
+
 GRID = "grid.png"
 
 
 def save_image_folder(images: torch.Tensor, out: str | os.PathLike, *, prefix: str,
                       suffixes: Sequence[str] | None = None, nrow: int | None = None,
-                      grid_count: int | None = None, progress=None) -> Path:
+                      grid_count: int | None = None, progress: bool = False) -> Path:
     """One PNG per image of ``images`` (N, C, S, S) in [0, 1], named ``{prefix}_{i}{suffix}.png`` with i zero-padded
     to N's width, and ``grid.png`` of the first ``grid_count`` images (None: all), ``nrow`` per row (default about
     sqrt). PNGs of an earlier, larger call with the same prefix are removed first, so the folder holds exactly
-    these images. ``progress``: a wrapper for the loop over images (a progress bar), or None."""
+    these images. ``progress``: a bar (or log lines) over the images written."""
     # Imported here: torchvision costs ~1.6 s at import (it loads torch._dynamo), and only these commands need it.
     from torchvision.utils import save_image
 
@@ -31,8 +33,7 @@ def save_image_folder(images: torch.Tensor, out: str | os.PathLike, *, prefix: s
         stale.unlink()
     n = images.shape[0]
     width = len(str(n - 1))
-    loop = range(n) if progress is None else progress(range(n))
-    for i in loop:
+    for i in progress_bar(range(n), desc="write PNGs" if progress else None, unit="img"):
         save_image(images[i], out / f"{prefix}_{i:0{width}d}{suffixes[i] if suffixes else ''}.png")
     shown = images if grid_count is None else images[:grid_count]
     if nrow is None:

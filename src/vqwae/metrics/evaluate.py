@@ -54,12 +54,6 @@ def _indices_of(out: Any) -> torch.Tensor:
     return idx
 
 
-def _progress(iterable: Iterable, enabled: bool, total: int | None):
-    if not enabled:
-        return iterable
-    return progress_bar(iterable, total=total, desc="evaluate", unit="batch")
-
-
 def evaluate_reconstructions(
     model: torch.nn.Module,
     loader: Iterable,
@@ -162,7 +156,7 @@ def evaluate_reconstructions(
     threads = cpu_threads(num_threads) if device.type == "cpu" else contextlib.nullcontext()
     try:
         with threads, torch.inference_mode():
-            for batch in _progress(loader, progress, total):
+            for batch in progress_bar(loader, total=total, desc="evaluate" if progress else None, unit="batch"):
                 if limit is not None and n_images >= limit:
                     break
                 images = batch[0] if isinstance(batch, (tuple, list)) else batch

@@ -21,7 +21,6 @@ def build_solver(config, groups: int) -> Solver:
     if config.solver == "semidiscrete":
         return SemiDiscreteSolver(**common, potential_lr=config.potential_lr, pooling=config.potential_pooling,
                                   potential_steps=config.potential_steps,
-                                  potential_steps_until=config.potential_steps_until,
                                   scale_decay=config.scale_decay, chunk_entries=config.chunk_entries)
     if config.solver == "sinkhorn":
         return SinkhornSolver(**common, epsilon=config.epsilon, iterations=config.sinkhorn_iters,

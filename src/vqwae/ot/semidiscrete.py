@@ -175,16 +175,12 @@ class SemiDiscreteSolver(Solver):
 
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False, *,
                  potential_lr: float | None = None, pooling: float = 4.0, scale_decay: float = 0.9,
-                 chunk_entries: int = CHUNK_ENTRIES, potential_steps: int = 1,
-                 potential_steps_until: int | None = None):
+                 chunk_entries: int = CHUNK_ENTRIES, potential_steps: int = 1):
         super().__init__(groups, num_codes, shared, global_batch)
         potential_lr = default_potential_lr(shared) if potential_lr is None else potential_lr
         self.potential_lr, self.pooling, self.scale_decay, self.chunk_entries = (potential_lr, pooling, scale_decay,
                                                                                   chunk_entries)
-        self.potential_steps, self.potential_steps_until = potential_steps, potential_steps_until
-        # training batches this process has updated on: a host-side count (no device read), not saved, so a
-        # resumed run takes potential_steps again for potential_steps_until batches (it only speeds the ascent)
-        self.updates = 0
+        self.potential_steps = potential_steps
         self.register_buffer("potential", torch.zeros(groups, num_codes))  # g / scale
         self.register_buffer("scale", torch.zeros(()))  # EMA of the quantization error (0: not yet set)
 
@@ -206,31 +202,26 @@ class SemiDiscreteSolver(Solver):
             _, assigned, quant_err = assign(xg.detach(), codebook.detach(), g, self.chunk_entries)
         else:
             assigned, quant_err = search
+        # potential_steps > 1: step g, re-assign the batch to it, step again: the plan that moves the codebook and
+        # the WS value then come from a potential nearer the batch's optimum (one distance pass each).
+        for _ in range(self.potential_steps - 1 if update else 0):
+            self._ascend(assignment_mass(assigned, assigned.shape[1], self.num_codes), quant_err,
+                         log_pi.detach().exp(), count=assigned.shape[0], scale=False)
+            g = self.code_potential()
+            _, assigned, _ = assign(xg.detach(), codebook.detach(), g, self.chunk_entries)
+        value = semi_dual_value(xg, codebook, assigned, g, log_pi)
         mass = None
         if update:
-            pi = log_pi.detach().exp()
-            # potential_steps > 1: step g, re-assign the batch to it, step again: the plan that moves the codebook
-            # and the WS value then come from a potential nearer the batch's optimum (one distance pass each).
-            warm = self.potential_steps_until is None or self.updates < self.potential_steps_until
-            self.updates += 1
-            for _ in range(self.potential_steps - 1 if warm else 0):
-                self._ascend(assignment_mass(assigned, assigned.shape[1], self.num_codes), quant_err, pi,
-                             count=assigned.shape[0], scale=False)
-                g = self.code_potential()
-                _, assigned, _ = assign(xg.detach(), codebook.detach(), g, self.chunk_entries)
             mass = assignment_mass(assigned, assigned.shape[1], self.num_codes)  # (G, K), this rank's
-            value = semi_dual_value(xg, codebook, assigned, g, log_pi)
-            self._ascend(mass, quant_err, pi, count=assigned.shape[0])
-        else:
-            value = semi_dual_value(xg, codebook, assigned, g, log_pi)
+            self._ascend(mass, quant_err, log_pi.detach().exp(), count=assigned.shape[0])
         return Transport(value=value, x=xg.detach(), assigned=assigned, mass=mass)
 
     @torch.no_grad()
     def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor, count: int,
                 scale: bool = True) -> None:
         """One stochastic ascent step on the (normalised) potential, and (``scale``) the EMA of the cost scale,
-        from this step's ``count`` latents per group. Under DDP with per-rank batches the mass and the scale are averaged
-        over ranks weighted by their latents (one small all-reduce), so a rank holding only padding takes part
+        from this step's ``count`` latents per group. Under DDP with per-rank batches the mass and the scale are
+        averaged over ranks weighted by their latents (one small all-reduce), so a rank holding only padding takes part
         without moving anything; a step with no latents anywhere changes nothing."""
         err = quant_err.detach().reshape(()).to(pi.dtype)
         g, k = mass.shape

@@ -60,7 +60,6 @@ def default_kl_weight(shared: bool) -> float:
     return 0.01 if shared else 1.0
 
 
-
 @dataclass(frozen=True)
 class WassersteinOptions:
     """VQ-WAE's options (a training config's ``vqwae`` section); the sizes come from ``CodebookShape``."""
@@ -97,8 +96,6 @@ class WassersteinOptions:
     potential_steps: int = option(1, "vqwae semidiscrete: ascent steps on the potential per training batch, each "
                                   "re-assigning the batch to the stepped potential (1: one step, the shipped solver)",
                                   min=1)
-    potential_steps_until: int | None = option(None, "vqwae semidiscrete: take potential_steps only for this many "
-                                               "training batches of this process, then one (None: always)", min=0)
     potential_pooling: float = option(4.0, "vqwae semidiscrete: weight of the potential's component shared by "
                                       "positions", min=0)
     scale_decay: float = option(0.9, "vqwae semidiscrete: EMA decay of the cost scale (the quantization error)",
@@ -130,7 +127,7 @@ class WassersteinOptions:
         runs it cannot affect)."""
         unread = () if self.splits_dead_cells else ("split_dead",)
         if self.potential_steps == 1:
-            unread += ("potential_steps", "potential_steps_until")
+            unread += ("potential_steps",)
         return unread
 
 

@@ -24,16 +24,10 @@ from vqwae.data.codes import CodesMeta, load_codes, save_codes
 from vqwae.data.images import ImageFileDataset, is_image, list_images
 from vqwae.models import VQAutoencoder
 from vqwae.quantizers import ResidualQuantizer
-from vqwae.models.pretrained import weights_fingerprint
 from vqwae.progress import progress_bar
 from vqwae.runs import layout
 
 PathLike = str | os.PathLike
-
-
-def model_fingerprint(source: PathLike) -> str:
-    """The fingerprint codes carry: sha256 of the model folder's weights file."""
-    return weights_fingerprint(Path(source) / layout.MODEL_WEIGHTS)
 
 
 def describe_model(model: VQAutoencoder) -> str:
@@ -60,14 +54,14 @@ def image_files(paths: Sequence[PathLike]) -> list[str]:
 
 
 def _dataset(source: Path, model: VQAutoencoder, *, split: str, limit: int | None, images, data_root):
-    """(dataset of (image, label), labels present?, number of classes, a description of the data)."""
+    """(dataset of (image, label), its number of classes (None: no labels), a description of the data)."""
     if images:
         if model.image_size is None:
             raise ValueError(f"{source}'s model records no image size: encode its images in Python")
         files = image_files(images)
         files = files[:limit] if limit is not None else files
         where = f"{len(files)} image file(s) under {', '.join(map(str, images))}"
-        return ImageFileDataset(files, model.image_size, channels=model.network_config.in_channels), False, None, where
+        return ImageFileDataset(files, model.image_size, channels=model.network_config.in_channels), None, where
     if not (source / layout.CONFIG).is_file():
         raise FileNotFoundError(f"{source} is a model folder, not a run (no {layout.CONFIG}): it knows no data "
                                 "set; give the images with --images")
@@ -77,7 +71,7 @@ def _dataset(source: Path, model: VQAutoencoder, *, split: str, limit: int | Non
     except DatasetNotFoundError as e:
         raise FileNotFoundError(str(e).splitlines()[0]) from None
     where = f"{cfg.data.dataset} {split}" + (f"[:{limit}]" if limit is not None else "")
-    return ds, info.num_classes is not None, info.num_classes, where
+    return ds, info.num_classes, where
 
 
 @torch.no_grad()
@@ -128,34 +122,34 @@ def encode_to_file(source: PathLike, out: PathLike, *, split: str = "test", limi
     dist_info = distributed.setup(device)
     try:
         model = layout.load_model(source, device)
-        dataset, labelled, num_classes, where = _dataset(source, model, split=split, limit=limit, images=images,
-                                                         data_root=data_root)
+        dataset, num_classes, where = _dataset(source, model, split=split, limit=limit, images=images,
+                                               data_root=data_root)
         if len(dataset) == 0:
             raise ValueError(f"nothing to encode: {where} holds no images")
         idx, lab = encode_dataset(model, dataset, batch_size=batch_size, device=device, num_workers=num_workers,
                                   progress=progress, dist_info=dist_info)
         levels = model.quantizer.num_levels if isinstance(model.quantizer, ResidualQuantizer) else None
-        meta = CodesMeta(fingerprint=model_fingerprint(source), num_codes=model.num_codes, grid=tuple(idx.shape[1:]),
-                         image_size=model.image_size,
+        meta = CodesMeta(fingerprint=layout.model_fingerprint(source), num_codes=model.num_codes,
+                         grid=tuple(idx.shape[1:]), image_size=model.image_size,
                          channels=model.network_config.in_channels if model.network_config is not None else None,
-                         model=describe_model(model), source=where, num_classes=num_classes if labelled else None,
+                         model=describe_model(model), source=where, num_classes=num_classes,
                          levels=levels)
         if dist_info.is_main:
-            save_codes(out, idx, meta, labels=lab if labelled else None)
+            save_codes(out, idx, meta, labels=lab if num_classes is not None else None)
         return out, meta, idx.shape[0]
     finally:
         if dist_info.enabled:
             distributed.teardown()
 
 
-def check_codes_match(source: PathLike, meta: CodesMeta, codes_path: PathLike,
-                      model: VQAutoencoder | None = None) -> None:
-    """A ValueError naming both sides when the codes were not written by the weights in ``source``."""
-    current = model_fingerprint(source)
-    k = model.num_codes if model is not None else None
-    if meta.fingerprint != current or (k is not None and meta.num_codes != k):
+def check_codes_match(meta: CodesMeta, codes_path: PathLike, fingerprint: str, source: PathLike,
+                      num_codes: int | None = None) -> None:
+    """A ValueError naming both sides when the codes were not written by the weights whose ``fingerprint``
+    (``layout.model_fingerprint(source)``) is given, or (``num_codes``) for another K."""
+    if meta.fingerprint != fingerprint or (num_codes is not None and meta.num_codes != num_codes):
         raise ValueError(f"{codes_path} was encoded by weights {meta.fingerprint[:12]} (K {meta.num_codes}), but "
-                         f"{source} holds weights {current[:12]}" + (f" (K {k})" if k is not None else "")
+                         f"{source} holds weights {fingerprint[:12]}"
+                         + (f" (K {num_codes})" if num_codes is not None else "")
                          + ": decode codes with the model that wrote them")
 
 
@@ -167,7 +161,7 @@ def decode_file(source: PathLike, codes_path: PathLike, *, limit: int | None = N
     indices, labels, meta = load_codes(codes_path)
     device = torch.device(device)
     model = layout.load_model(source, device)
-    check_codes_match(source, meta, codes_path, model)
+    check_codes_match(meta, codes_path, layout.model_fingerprint(source), source, model.num_codes)
     if limit is not None:
         indices = indices[:limit]
         labels = labels[:limit] if labels is not None else None

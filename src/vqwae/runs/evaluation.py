@@ -19,7 +19,6 @@ from vqwae.figures import reconstruction_grid, training_curves, usage_histogram
 from vqwae.metrics.evaluate import evaluate_reconstructions
 from vqwae.metrics.fid import FIDStatsCache, load_inception
 from vqwae.metrics.lpips import load_lpips
-from vqwae.prior.train import weights_fingerprint
 from vqwae.runs import layout
 from vqwae.runs.generation import real_stats_key
 
@@ -100,7 +99,7 @@ def evaluate_run(
     history = layout.read_metrics(run_dir)
     # what the numbers were measured on: the weights (best by validation MSE, as saved) and the run's progress
     result.update(split=split, limit=limit, model=cfg.model, dataset=cfg.data.dataset, ssim_window=SSIM_WINDOW,
-                  weights_fingerprint=weights_fingerprint(run_dir / layout.MODEL_WEIGHTS),
+                  weights_fingerprint=layout.model_fingerprint(run_dir),
                   trained_steps=history[-1].get("step") if history else None, seconds=time.perf_counter() - t0)
     result["resolution_note"] = (f"psnr/ssim/lpips at {result['resolution']}; mse always native; "
                                  "rfid from native images resized to 299")

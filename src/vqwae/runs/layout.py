@@ -14,8 +14,8 @@ from vqwae.training.config import TrainConfig
 from vqwae.training.folder import (  # noqa: F401  (re-exported: the run folder's names and writers)
     CONFIG, MODEL_WEIGHTS, MODEL_CONFIG, METRICS, STATE, LOCK, EVAL, TRAINING_CURVES, TSNE, TENSORBOARD, SAMPLES,
     PRIOR, ALT_PRIORS, RECORD_FILES, code_usage_json, code_usage_png, reconstructions_png, record_files,
-    has_weights, existing_run_files, check_trained, write_config, last_epoch, read_metrics, append_metrics,
-    truncate_metrics, read_eval, update_eval,
+    has_weights, model_fingerprint, existing_run_files, check_trained, write_config, last_epoch, read_metrics,
+    append_metrics, truncate_metrics, read_eval, update_eval,
 )
 
 PathLike = str | os.PathLike

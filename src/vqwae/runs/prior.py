@@ -33,8 +33,8 @@ from torch.utils.data import DataLoader
 from vqwae.figures.image_folder import save_image_folder
 from vqwae.prior.pixelcnn import CONFIG_NAME, WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
 from vqwae.prior.sampling import sample as sample_codes
-from vqwae.prior.train import SUMMARY_NAME, PriorTrainResult, cached_codes, train_prior, weights_fingerprint
-from vqwae.data.codes import CodesDataset, read_meta
+from vqwae.prior.train import SUMMARY_NAME, PriorTrainResult, cached_codes, train_prior
+from vqwae.data.codes import CodesDataset
 from vqwae.files import atomic_write_text
 from vqwae.runs import layout
 from vqwae.runs.codes import check_codes_match
@@ -51,7 +51,7 @@ __all__ = [
     "save_samples",
 ]
 
-PRIOR_DIR, ALT_PRIOR_DIRS, AUTOENCODER_WEIGHTS = layout.PRIOR, layout.ALT_PRIORS, layout.MODEL_WEIGHTS
+PRIOR_DIR, ALT_PRIOR_DIRS = layout.PRIOR, layout.ALT_PRIORS
 
 
 def _kind(conditional: bool) -> str:
@@ -132,7 +132,7 @@ def load_prior(run_dir: str | os.PathLike, prior_dir: str | os.PathLike, device=
     summary = read_summary(prior_dir)
     fp = summary.get("autoencoder_fingerprint")
     if check_fingerprint and fp is not None:
-        current = weights_fingerprint(Path(run_dir) / AUTOENCODER_WEIGHTS)
+        current = layout.model_fingerprint(run_dir)
         if fp != current:
             raise ValueError(f"the prior in {prior_dir} was trained on other weights than {run_dir}'s current "
                              f"model (retrained since?); train it again with `vqwae prior train {run_dir}`")
@@ -186,15 +186,16 @@ def train_run_prior(
     run_dir = Path(run_dir)
     cfg = layout.read_config(run_dir)
     device = torch.device(device)
-    fingerprint = weights_fingerprint(run_dir / AUTOENCODER_WEIGHTS)
+    fingerprint = layout.model_fingerprint(run_dir)
     cache_dir = run_dir / PRIOR_DIR
     if codes_file is not None:
-        codes_tr, labels_tr, num_codes, num_classes, source = _codes_from_file(run_dir, codes_file, conditional)
+        codes_tr, labels_tr, meta = _codes_from_file(run_dir, codes_file, fingerprint, conditional)
         codes_va = labels_va = None
         if val_codes_file is not None:
-            codes_va, labels_va, *_ = _codes_from_file(run_dir, val_codes_file, conditional)
+            codes_va, labels_va, _ = _codes_from_file(run_dir, val_codes_file, fingerprint, conditional)
+        num_codes, num_classes, image_size = meta.num_codes, meta.num_classes, meta.image_size
         t_lim = e_lim = None
-        image_size = read_meta(codes_file).image_size
+        source = str(Path(codes_file).resolve())
     else:
         t_lim, e_lim = _resolve_limit(train_limit, cfg.data.train_limit), _resolve_limit(eval_limit, cfg.data.eval_limit)
         root = layout.data_root_of(cfg, data_root)
@@ -233,17 +234,17 @@ def train_run_prior(
     return result, summary
 
 
-def _codes_from_file(run_dir: Path, path, conditional: bool):
-    """(codes, labels, K, classes, the file's absolute path) of a codes file that RUN_DIR's weights wrote."""
+def _codes_from_file(run_dir: Path, path, fingerprint: str, conditional: bool):
+    """(codes, labels, metadata) of a codes file that RUN_DIR's weights (``fingerprint``) wrote."""
     ds = CodesDataset(path)  # what any second stage reads; the prior takes its tensors whole
     codes, labels, meta = ds.codes, ds.labels, ds.meta
-    check_codes_match(run_dir, meta, path)
+    check_codes_match(meta, path, fingerprint, run_dir)
     if meta.levels is not None or codes.dim() != 3:
         raise ValueError(f"{path} holds codes of shape {meta.grid}: the PixelCNN prior models (h, w) grids of one "
                          "quantizer, not residual levels")
     if conditional and labels is None:
         raise ValueError(f"--conditional needs class labels, but {path} has none ({meta.source})")
-    return codes, labels, meta.num_codes, meta.num_classes, str(Path(path).resolve())
+    return codes, labels, meta
 
 
 # ---- sampling ----------------------------------------------------------------------------------------

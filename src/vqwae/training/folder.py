@@ -30,7 +30,7 @@ from pathlib import Path
 from vqwae.figures import read_metrics_jsonl
 from vqwae.files import atomic_write_text
 from vqwae.models import VQAutoencoder
-from vqwae.models.pretrained import WEIGHTS_NAME
+from vqwae.models.pretrained import WEIGHTS_NAME, weights_fingerprint
 
 CONFIG = "config.json"
 MODEL_WEIGHTS = WEIGHTS_NAME  # "model.safetensors": the model folder's files are the model's (PretrainedMixin)
@@ -72,6 +72,12 @@ def record_files(run_dir: PathLike) -> list[Path]:
 
 def has_weights(run_dir: PathLike) -> bool:
     return (Path(run_dir) / MODEL_WEIGHTS).is_file()
+
+
+def model_fingerprint(run_dir: PathLike) -> str:
+    """What identifies a run's (or a model folder's) weights: the sha256 of its model.safetensors. eval.json, a
+    prior and a codes file record it, so that a later read can tell whether the weights changed since."""
+    return weights_fingerprint(Path(run_dir) / MODEL_WEIGHTS)
 
 
 # ---- what a folder holds --------------------------------------------------------------------------------

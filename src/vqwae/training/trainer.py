@@ -138,7 +138,7 @@ def _wrap_ddp(model: VQAutoencoder) -> DDP:
     itself (its statistics are all-reduced), and rank 0's would overwrite them. Gradients are views of DDP's
     buckets (no copy). A 1-channel input's first convolution gets its weight gradient from the backward with
     other (equivalent) strides than the weight's, which DDP reports as a layout mismatch on every step: the hook
-    hands DDP that gradient in the weight's own folder."""
+    hands DDP that gradient in the weight's own layout."""
     for p in model.parameters():
         if p.requires_grad:
             p.register_hook(functools.partial(_in_layout_of, p))
@@ -274,6 +274,7 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
         gan.wrap_ddp(DDP)
     logger = scope.enter_context(contextlib.closing(build_logger(run.logger, run_dir, main)))
     progress = main and progress is not False  # default: on rank 0 (a bar, or a line every 30 s in a log)
+    refresh = refresh_interval()  # decided once: the loop below only compares clocks
 
     # ---- the loop ------------------------------------------------------------------------------------
     last: dict = {}
@@ -330,7 +331,7 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
                 for name in terms:
                     seen_by[name] += b
                 sums["perplexity"] += out.perplexity * b
-            if progress and time.perf_counter() - shown_at >= refresh_interval():
+            if progress and time.perf_counter() - shown_at >= refresh:
                 shown_at = time.perf_counter()
                 bar.set_postfix(step=step, loss=f"{float(sums['loss']) / seen:.5f}", ppl=f"{float(out.perplexity):.1f}",
                                 img_s=f"{seen * world / (shown_at - t0):.0f}", refresh=False)
