@@ -22,12 +22,17 @@ VQ-WAE the transport diagnostics of ``transport_diagnostics`` (goal 3 of issue #
     .venv/bin/python benchmarks/hosts.py --host default-init --dataset cifar10 --steps 3000 --seed 0
     .venv/bin/python benchmarks/hosts.py --host sequence --dataset mnist --steps 3000 --seed 1
     .venv/bin/python benchmarks/hosts.py --host default-init --dataset cifar10 --num-codes 8192 --steps 3000
+    python benchmarks/hosts.py --host paper --dataset mnist --device cuda --pack .gpudata/mnist.pt   # on a GPU
+
+``--device cuda`` times each step to its end (a synchronisation after it). ``--pack FILE`` reads the images from a
+file of encoded images written by ``benchmarks/device_pack.py`` (for a machine without the data sets).
 
 Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_<tag>].json and a PNG of the curves.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import platform
@@ -331,7 +336,7 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
         z, _, idx, _, out = model(x, mask)
         s, c = model.host.sq_error(out, x, mask)
         se, count = se + float(s), count + float(c)
-        keep = torch.ones(z.shape[:2], dtype=torch.bool) if mask is None else mask
+        keep = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device) if mask is None else mask
         idx = idx.reshape(*z.shape[:2], -1)  # (B, N, levels)
         if usage is None:
             usage = [CodeUsage(model.quantizer.num_codes) for _ in range(idx.shape[-1])]
@@ -348,7 +353,8 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
     if levels:
         row["codebook_rms"] = float(levels[0].embedding.pow(2).mean().sqrt())
         gen = torch.Generator().manual_seed(seed)
-        diag = transport_diagnostics(levels[0], real.reshape(-1, real.shape[-1]) if real.dim() == 2 else real,
+        level, real = copy.deepcopy(levels[0]).cpu(), real.cpu()  # POT and the histograms run on the CPU
+        diag = transport_diagnostics(level, real.reshape(-1, real.shape[-1]) if real.dim() == 2 else real,
                                      generator=gen)
         row.update(diag)
     return row
@@ -371,10 +377,20 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--pack", default=None, help="read the images from this file (benchmarks/device_pack.py)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    splits = load_splits(args.dataset, args.data_root, train_limit=20000, eval_limit=args.test_images)
-    test_x = torch.stack([splits.test[i][0] for i in range(len(splits.test))])
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    if args.pack:
+        from device_pack import read_pack
+
+        train, test_x = read_pack(args.pack, args.dataset, 20000, args.test_images)
+    else:
+        splits = load_splits(args.dataset, args.data_root, train_limit=20000, eval_limit=args.test_images)
+        train = splits.train
+        test_x = torch.stack([splits.test[i][0] for i in range(len(splits.test))])
     channels = test_x.shape[1]
     sequence = args.host == "sequence"
     dim = build_host(args.host, channels).dim
@@ -396,13 +412,15 @@ def main():
         torch.manual_seed(args.seed)
         host = build_host(args.host, channels)  # the same host weights for every quantizer
         torch.manual_seed(args.seed + 1)
-        models[n] = Model(host, factories[n]())
+        models[n] = Model(host, factories[n]()).to(device)
         opts[n] = torch.optim.Adam([p for p in models[n].parameters() if p.requires_grad], lr=1e-3)
-        rngs[n], times[n], curves[n] = OwnRandomness(args.seed, n), [], []
+        rngs[n], times[n], curves[n] = OwnRandomness(args.seed, n, cuda), [], []
     mask_gen = torch.Generator().manual_seed(args.seed + 7)
     test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
-    for step, x in training_batches(splits.train, args.steps, args.seed):
-        mask = random_mask(len(x), mask_gen) if sequence else None
+    test_x, test_mask = test_x.to(device), None if test_mask is None else test_mask.to(device)
+    for step, x in training_batches(train, args.steps, args.seed):
+        mask = random_mask(len(x), mask_gen).to(device) if sequence else None
+        x = x.to(device)
         for n in names:
             with rngs[n]:
                 t0 = time.perf_counter()
@@ -410,6 +428,8 @@ def main():
                 opts[n].zero_grad(set_to_none=True)
                 loss.backward()
                 opts[n].step()
+                if cuda:  # the step's end, not its launch
+                    torch.cuda.synchronize(device)
                 times[n].append(time.perf_counter() - t0)
         if step % args.eval_every == 0 or step == args.steps:
             for n in names:
@@ -432,7 +452,8 @@ def write(args, names, times, curves) -> Path:
     meta = dict(host=args.host, dataset=args.dataset, num_codes=args.num_codes, steps=args.steps, seed=args.seed,
                 date=datetime.now(timezone.utc).isoformat(), torch=torch.__version__,
                 vector_quantize_pytorch=version("vector-quantize-pytorch"),
-                machine=f"{platform.machine()} {torch.get_num_threads()} thread(s)",
+                machine=f"{platform.machine()} {torch.get_num_threads()} thread(s)" + (
+                    f", {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
                 command="python benchmarks/hosts.py " + " ".join(sys.argv[1:]))
     stem = f"host_{args.host}_{args.dataset}_k{args.num_codes}_{args.steps}_seed{args.seed}" + (
         f"_{args.tag}" if args.tag else "")

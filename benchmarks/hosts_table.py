@@ -4,6 +4,10 @@ after step 1,000: the collapse check), the step time over VQ-VAE's, and for VQ-W
 variation from pi against its sampling floor and the W ratio.
 
     .venv/bin/python benchmarks/hosts_table.py benchmarks/results/host_*_3000_seed*.json
+    .venv/bin/python benchmarks/hosts_table.py --at 1500 benchmarks/results/host_*_gpu.json   # runs cut short
+
+``--at STEP`` reads every run at that evaluation (runs that did not reach it are left out); the step-time column
+is then the whole run's.
 
 The best MSE of each host x dataset x K cell is in bold; a quantizer whose mean is within the seeds' spread of the
 best (the largest gap between two seeds of the same quantizer in that cell) is marked "(within spread)".
@@ -17,19 +21,21 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def load(paths: list[Path]) -> dict:
-    """(host, dataset, K, steps) -> quantizer -> [final row per seed], and the first-after-1000 perplexities."""
+def load(paths: list[Path], at: int | None = None) -> dict:
+    """(host, dataset, K, steps) -> quantizer -> [row per seed at step ``at`` (default: the run's last)], with the
+    lowest perplexity from step 1,000 on."""
     cells = defaultdict(lambda: defaultdict(list))
     for p in paths:
         d = json.loads(p.read_text())
         m = d["meta"]
-        key = (m["host"], m["dataset"], m["num_codes"], m["steps"])
+        steps = at or m["steps"]
+        key = (m["host"], m["dataset"], m["num_codes"], steps)
         for row in d["rows"]:
-            curve = d["curves"][row["quantizer"]]
-            if curve[-1]["step"] != m["steps"]:
-                continue  # an unfinished run
-            later = [c["perplexity"] for c in curve if c["step"] >= 1000]
-            cells[key][row["quantizer"]].append(dict(row, seed=m["seed"], min_ppl_after_1000=min(later)))
+            curve = [c for c in d["curves"][row["quantizer"]] if c["step"] <= steps]
+            if not curve or curve[-1]["step"] != steps:
+                continue  # a run that did not reach that step
+            later = [c["perplexity"] for c in curve if c["step"] >= 1000] or [curve[-1]["perplexity"]]
+            cells[key][row["quantizer"]].append(dict(row, **curve[-1], seed=m["seed"], min_ppl_after_1000=min(later)))
     return cells
 
 
@@ -69,7 +75,9 @@ def table(cells: dict) -> str:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", type=Path)
-    print(table(load(ap.parse_args().files)))
+    ap.add_argument("--at", type=int, default=None, help="read every run at this step (default: its last)")
+    args = ap.parse_args()
+    print(table(load(args.files, args.at)))
 
 
 if __name__ == "__main__":

@@ -169,18 +169,27 @@ class OwnRandomness:
     """Swaps a model's own global-RNG state in around its steps: PyTorch's global generator is shared, so without
     this a model's random draws (e.g. the data start's randperm) would depend on what the models before it drew."""
 
-    def __init__(self, seed: int, name: str):
-        with torch.random.fork_rng(devices=[]):
+    def __init__(self, seed: int, name: str, cuda: bool = False):
+        self.cuda = cuda  # also swap the current CUDA device's generator (draws made on the GPU)
+        with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []):
             torch.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-            self.state = torch.get_rng_state()
+            self.state = self._get()
+
+    def _get(self):
+        return torch.get_rng_state(), (torch.cuda.get_rng_state() if self.cuda else None)
+
+    def _set(self, state):
+        torch.set_rng_state(state[0])
+        if self.cuda:
+            torch.cuda.set_rng_state(state[1])
 
     def __enter__(self):
-        self.outer = torch.get_rng_state()
-        torch.set_rng_state(self.state)
+        self.outer = self._get()
+        self._set(self.state)
 
     def __exit__(self, *exc):
-        self.state = torch.get_rng_state()
-        torch.set_rng_state(self.outer)
+        self.state = self._get()
+        self._set(self.outer)
 
 
 @torch.no_grad()

@@ -1,0 +1,45 @@
+#!/bin/bash
+# One lent-GPU session in one call (BENCHMARKS.md sections 1, 13 and 16): the sync check, the step times on a
+# quiet GPU, then the host zoo's cells as parallel processes until a deadline. Run from the repository root on
+# the GPU machine, with the wheels of .whl (vector-quantize-pytorch 1.32.0 and its needs, POT) and the image packs
+# of .gpudata (benchmarks/device_pack.py) carried beside the working tree:
+#
+#   OUT=/tmp/out bash benchmarks/device_run.sh               # results in $OUT
+#   DEVICE=cpu STEPS=20 EVAL=10 DEADLINE=120 P=2 OUT=/tmp/out bash benchmarks/device_run.sh   # a dry run here
+set -u
+export PYTHONUNBUFFERED=1
+DEVICE=${DEVICE:-cuda} STEPS=${STEPS:-3000} EVAL=${EVAL:-500} DEADLINE=${DEADLINE:-330} P=${P:-12}
+PY=${PY:-python3}
+if [ -d .whl ] && [ "$DEVICE" = cuda ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  export PYTHONPATH=/tmp/site:$PWD/src
+fi
+{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1
+  $PY -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'cpu')"
+} | tee "$OUT/env.txt"
+
+ZOO_ONLY=${ZOO_ONLY:-}  # set (a grep pattern over the cells' arguments): skip 1 and 2, run those cells only
+if [ "$DEVICE" = cuda ] && [ -z "$ZOO_ONLY" ]; then  # 1. no host synchronisation in any quantizer's training step
+  timeout 90 $PY -m pytest -q -p no:cacheprovider tests/test_cuda_sync.py 2>&1 | tee "$OUT/sync.log" | tail -12
+fi
+# 2. step time, VQ-VAE against VQ-WAE's solvers and SQ-VAE, interleaved, on the paper's network (quiet device)
+[ -z "$ZOO_ONLY" ] && timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,sinkhorn,dual,sqvae \
+  --rounds 15 --json "$OUT/step_time_k512.json" 2>&1 | tail -8
+[ -z "$ZOO_ONLY" ] && timeout 45 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete --num-codes 8192 \
+  --rounds 15 --json "$OUT/step_time_k8192.json" 2>&1 | tail -4
+
+# 3. the host zoo (issue #34), both seeds, most wanted cells first; each process rewrites its result file at
+# every evaluation, so the cells cut by the deadline keep the curves they reached
+jobs=()
+for ds in cifar10 mnist; do
+  for host in paper default-init groupnorm sequence residual; do for seed in 0 1; do
+    jobs+=("--host $host --dataset $ds --num-codes 512 --seed $seed"); done; done
+  for host in default-init paper; do for seed in 0 1; do
+    jobs+=("--host $host --dataset $ds --num-codes 8192 --seed $seed"); done; done
+done
+printf '%s\n' "${jobs[@]}" | grep -e "${ZOO_ONLY:-.}" | timeout "$DEADLINE" xargs -P "$P" -I{} sh -c \
+  "$PY benchmarks/hosts.py {} --steps $STEPS --eval-every $EVAL --device $DEVICE --tag gpu \
+   --pack .gpudata/\$(echo '{}' | sed 's/.*--dataset \([a-z0-9]*\).*/\1/').pt > /dev/null 2>>'$OUT/zoo_errors.log'"
+tar czf "$OUT/zoo.tgz" benchmarks/results/host_*_gpu.json benchmarks/results/host_*_gpu.png 2>/dev/null
+ls benchmarks/results/host_*_gpu.json | wc -l

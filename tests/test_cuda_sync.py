@@ -1,0 +1,61 @@
+"""On a GPU, a training step through each quantizer (forward, the loss, backward, Adam, and the quantizer's own
+updates: the transport codebook, the potential's ascent, the split of dead cells, EMA and dead-code expiry) makes
+no host synchronisation once its one-off starts (the data start, k-means) are done. CUDA's own sync debugger
+raises on every implicit synchronisation (``.item()``, ``nonzero``, a boolean mask's indexing, a host copy), which
+the CPU stand-in in ``test_solver_speed_properties.py`` cannot see. Skipped without CUDA (CI has none)."""
+import pytest
+import torch
+from torch import nn
+
+from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the sync debugger)")
+
+D, N = 16, 64  # latent width; latents per image (8 x 8 positions)
+
+CASES = {
+    "wasserstein, shared pi, K=512 (the default)": lambda: WassersteinQuantizer(num_codes=512, dim=D, channel_last=True),
+    "wasserstein, shared pi, K=8192 (dead cells split)": lambda: WassersteinQuantizer(
+        num_codes=8192, dim=D, channel_last=True),
+    "wasserstein, per-position pi": lambda: WassersteinQuantizer(
+        num_codes=512, dim=D, channel_last=True, num_positions=N),
+    "wasserstein, paper: gradient codebook": lambda: WassersteinQuantizer(
+        num_codes=512, dim=D, channel_last=True, codebook_update="gradient", codebook_init="normal"),
+    # sinkhorn's convergence check reads the marginal error on the host (its docstring says so): tol=0 turns it off
+    "wasserstein, sinkhorn, no tolerance check": lambda: WassersteinQuantizer(
+        num_codes=512, dim=D, channel_last=True, solver="sinkhorn", sinkhorn_tol=0.0),
+    "vector, field VQ: k-means, EMA, dead-code expiry": lambda: VectorQuantizer(
+        num_codes=512, dim=D, channel_last=True, ema=True, init="kmeans", dead_code_threshold=2),
+    "vector, plain": lambda: VectorQuantizer(num_codes=512, dim=D, channel_last=True),
+    "residual, 4 x wasserstein": lambda: ResidualQuantizer(
+        lambda: WassersteinQuantizer(num_codes=256, dim=D, channel_last=True), 4),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_training_step_never_syncs_with_the_host(name):
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    enc, dec = nn.Linear(8, D).to(dev), nn.Linear(D, 8).to(dev)
+    q = CASES[name]().to(dev).train()
+    params = [p for m in (enc, dec, q) for p in m.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=1e-3)
+
+    def step():
+        x = torch.randn(32, N, 8, device=dev)
+        out = q(enc(x))
+        loss = nn.functional.mse_loss(dec(out.quantized), x) + out.loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for _ in range(8):  # the one-off starts (data start over ceil(K / N) batches, k-means) may read the host
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(5):
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
