@@ -77,3 +77,85 @@ def test_load_split_is_the_split_of_load_splits():
         assert torch.equal(one.images, getattr(both, split).images) and info == both.info
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         load_split("digits", None, "dev")
+
+
+def _another_value(leaf):
+    """A valid value of ``leaf`` other than its default, or None where none is simple to make."""
+    d, meta = leaf.default, leaf.field.metadata
+    if meta.get("choices"):
+        return next((c for c in meta["choices"] if c != d), None)
+    if isinstance(d, bool):
+        return not d
+    if isinstance(d, int):
+        return d + 1 if meta.get("max") is None or d + 1 <= meta["max"] else d - 1
+    if isinstance(d, float):
+        below = meta.get("below") or meta.get("max")
+        return d / 2 if below is not None and d > 0 else d + 0.5
+    if d is None and leaf.flat in ("data_root", "lpips_weights", "preset"):
+        return "x"
+    if isinstance(d, str) and leaf.flat in ("out",):
+        return "elsewhere"
+    return None
+
+
+@pytest.mark.parametrize("base", [dict(), dict(model="vqvae"), dict(arch="vqgan")])
+def test_each_options_declared_role_decides_the_run_key_and_the_resume_rule(base):
+    """One declaration (``option(role=...)``) drives both rules: changing an option changes the run's cache key iff
+    it is a WHAT or SCHEDULE option the configuration reads, and a resume may change it iff it is SCHEDULE or
+    WHERE. Every option is tried, so a new one lands in the right rules by its declaration alone."""
+    from vqwae.options import SCHEDULE, WHAT, WHERE
+    from vqwae.reproduce.runner import run_key
+    from vqwae.runs.layout import RESUME_CHANGEABLE
+
+    cfg = TrainConfig.resolve(**base)
+    tried = 0
+    for leaf in leaves(TrainConfig):
+        value = _another_value(leaf)
+        if value is None or leaf.flat in base:
+            continue
+        try:
+            changed = cfg.replace(**{leaf.flat: value})
+        except ValueError:
+            continue  # a value the option's own checks refuse (e.g. a coupled option)
+        tried += 1
+        # read by either (an option may be unread at its "off" value only: potential_steps=1)
+        read = not all(any(leaf.path[: len(p)] == p for p in c.unread()) for c in (cfg, changed))
+        assert (run_key(changed) != run_key(cfg)) == (leaf.role in (WHAT, SCHEDULE) and read), leaf.flat
+        assert (leaf.flat in RESUME_CHANGEABLE) == (leaf.role in (SCHEDULE, WHERE)), leaf.flat
+    assert tried >= 55  # of the ~70 options: those with a simple other value
+
+
+def test_a_new_option_follows_its_role_into_the_identity_and_the_resume_rule():
+    """A fake run section with one option of each role, as a new option would be added: one line each."""
+    from dataclasses import dataclass
+
+    from vqwae.options import SCHEDULE, WHERE, identity, names_with_role, option, section
+
+    @dataclass(frozen=True)
+    class FakeRun:
+        width: int = option(8, "changes what is trained")
+        rounds: int = option(2, "how long", role=SCHEDULE)
+        cache: str = option("here", "where", role=WHERE)
+
+    @dataclass(frozen=True)
+    class FakeTrain:
+        run: FakeRun = section(FakeRun)
+
+    base = FakeTrain()
+    assert names_with_role(FakeTrain, SCHEDULE, WHERE) == {"rounds", "cache"}
+    assert identity(FakeTrain(FakeRun(cache="there"))) == identity(base)
+    assert identity(FakeTrain(FakeRun(width=9))) != identity(base)
+    assert identity(FakeTrain(FakeRun(rounds=3))) != identity(base)
+    assert identity(FakeTrain(FakeRun(width=9)), unread=(("run", "width"),)) == identity(base, unread=(("run", "width"),))
+    with pytest.raises(ValueError, match="role"):
+        option(1, "x", role="sometimes")
+
+
+def test_vqgan_sizes_are_read_only_by_a_vqgan_network():
+    import dataclasses
+
+    from vqwae.models.networks import VQGANSizes
+
+    sizes = {("network", f.name) for f in dataclasses.fields(VQGANSizes)}
+    assert sizes <= set(TrainConfig.resolve().unread())
+    assert not sizes & set(TrainConfig.resolve(arch="vqgan").unread())

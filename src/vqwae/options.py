@@ -10,6 +10,11 @@ A configuration may nest others (:func:`section`); every leaf option still has o
 across the whole tree (its field name, or ``flat=`` where two groups would clash, e.g. SQ-VAE's
 ``sq_temperature_decay``). Flat names are the command-line flags (``--ws-weight``) and the keys a flat
 config file or an old ``config.json`` uses.
+
+Each option also says what it does to a run (``role``): it changes what is trained (``WHAT``, the default), how
+long (``SCHEDULE``), or only where and how the run goes (``WHERE``: a path, a device, a logger). A run's identity
+(:func:`identity`, the reproduction's cache key) leaves out WHERE options, and a resumed run may change SCHEDULE
+and WHERE options and nothing else (:func:`names_with_role`): both rules derive from the one declaration.
 """
 from __future__ import annotations
 
@@ -22,15 +27,22 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 
+WHAT, SCHEDULE, WHERE = "what", "schedule", "where"  # an option's role: see the module docstring
+ROLES = (WHAT, SCHEDULE, WHERE)
+
+
 def option(default: Any, help: str, *, choices: tuple | None = None, min: float | None = None,
            max: float | None = None, below: float | None = None, flat: str | None = None,
-           negative: str | None = None) -> Any:
+           negative: str | None = None, role: str = WHAT) -> Any:
     """A configuration field: default, help, and its valid values.
 
     choices: the allowed values. min / max: inclusive bounds; below: exclusive upper bound (None values are
     not range-checked). flat: the flat name when the field name would clash. negative: the flag that sets a
-    boolean to False (default ``--no-NAME``)."""
-    meta = dict(help=help, choices=choices, min=min, max=max, below=below, flat=flat, negative=negative)
+    boolean to False (default ``--no-NAME``). role: WHAT (changes what a run trains), SCHEDULE (how long) or
+    WHERE (where and how it runs)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+    meta = dict(help=help, choices=choices, min=min, max=max, below=below, flat=flat, negative=negative, role=role)
     return field(default=default, metadata=meta)
 
 
@@ -50,6 +62,10 @@ class Leaf(NamedTuple):
     @property
     def help(self) -> str:
         return self.field.metadata.get("help", "")
+
+    @property
+    def role(self) -> str:
+        return self.field.metadata.get("role", WHAT)
 
     @property
     def default(self) -> Any:
@@ -81,6 +97,24 @@ def leaves(cls: type) -> tuple[Leaf, ...]:
 
 def flat_names(cls: type) -> dict[str, Leaf]:
     return {leaf.flat: leaf for leaf in leaves(cls)}
+
+
+def names_with_role(cls: type, *roles: str) -> frozenset[str]:
+    """The flat names of the options of ``cls`` whose role is one of ``roles``."""
+    return frozenset(leaf.flat for leaf in leaves(cls) if leaf.role in roles)
+
+
+def identity(config, unread: tuple[tuple[str, ...], ...] = ()) -> dict:
+    """What a configuration trains, as a nested dict: :func:`to_nested` without the WHERE options and without
+    the ``unread`` paths (options or whole sections the configuration never reads, given by its owner)."""
+    nested = to_nested(config)
+    paths = [leaf.path for leaf in leaves(type(config)) if leaf.role == WHERE] + list(unread)
+    for path in paths:
+        node = nested
+        for part in path[:-1]:
+            node = node.get(part, {})
+        node.pop(path[-1], None)
+    return nested
 
 
 def to_flat(config) -> dict:

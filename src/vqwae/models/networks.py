@@ -9,6 +9,7 @@ its downsampling factor divides, for the paper's FFHQ row.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +56,10 @@ class NetworkOptions(VQGANSizes):
     arch: str = option("auto", "auto: the paper's conv32 / conv64 by image size | vqgan: the taming-transformers "
                        "encoder / decoder (any size its factor divides)", choices=("auto", "vqgan"))
     authors_quirks: bool = option(False, "conv32: the authors' shared residual weights and in-place ReLU")
+
+    def unread(self) -> tuple[str, ...]:
+        """The options this configuration never reads: VQGAN's sizes unless the network is VQGAN's."""
+        return () if self.arch == "vqgan" else tuple(f.name for f in dataclasses.fields(VQGANSizes))
 
 
 @dataclass(frozen=True)

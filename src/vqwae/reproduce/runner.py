@@ -19,35 +19,14 @@ from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
 from vqwae.threads import default_num_threads
 from vqwae.training import TrainConfig, train
-from vqwae.training.config import MODELS
-
-
-# Options that say where and how a run trains, not what it trains: left out of its key.
-WHERE_AND_HOW = {"data": ("data_root", "download", "num_workers"), "run": ("out", "device", "threads", "logger"),
-                 "gan": ("lpips_weights",)}
 
 
 def run_key(cfg: TrainConfig) -> str:
-    """A run's cache key: a hash of its resolved configuration, defaults included, so that a run trained before
-    a default changed is not taken for one trained after. Left out: WHERE_AND_HOW, the option sections of the
-    other two models, the VQGAN network and adversary sections unless arch is vqgan, and the quantizer options
-    its configuration never reads or holds at their "off" value (``unread()`` of its options section): options
-    that do not change what the run trains. What the code does with the same options (a fixed bug) is not in
-    the key."""
-    nested = cfg.to_dict()
-    for model in MODELS:  # each model's quantizer options sit in a section of its name
-        if model != cfg.model:
-            nested["quantizer"].pop(model)
-    options = getattr(cfg.quantizer, cfg.model)
-    for key in options.unread() if hasattr(options, "unread") else ():
-        nested["quantizer"][cfg.model].pop(key)
-    if cfg.network.arch != "vqgan":
-        nested.pop("gan")
-        nested["network"] = {k: nested["network"][k] for k in ("arch", "authors_quirks")}
-    for section, keys in WHERE_AND_HOW.items():
-        for key in keys:
-            nested.get(section, {}).pop(key, None)
-    return hashlib.sha256(json.dumps(nested, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    """A run's cache key: a hash of what it trains (``TrainConfig.identity``: its resolved configuration, defaults
+    included, without the options declared ``role=WHERE`` and those it never reads), so that a run trained before
+    a default changed is not taken for one trained after. What the code does with the same options (a fixed bug)
+    is not in the key."""
+    return hashlib.sha256(json.dumps(cfg.identity(), sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
 def run_dir_for(out: Path, spec: RunSpec, values: dict) -> Path:

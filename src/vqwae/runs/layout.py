@@ -10,6 +10,7 @@ from pathlib import Path
 
 from vqwae.data import DatasetInfo, load_split
 from vqwae.models import VQAutoencoder
+from vqwae.options import SCHEDULE, WHERE, names_with_role
 from vqwae.training.config import TrainConfig
 from vqwae.training.folder import (  # noqa: F401  (re-exported: the run folder's names and writers)
     CONFIG, MODEL_WEIGHTS, MODEL_CONFIG, METRICS, STATE, LOCK, EVAL, TRAINING_CURVES, TSNE, TENSORBOARD, SAMPLES,
@@ -30,9 +31,8 @@ def read_config(run_dir: PathLike) -> TrainConfig:
     return TrainConfig.from_saved(json.loads(p.read_text()))
 
 
-# Options a resumed run may change: its schedule and where it runs; everything else is the run's own.
-RESUME_CHANGEABLE = frozenset({"epochs", "max_steps", "device", "num_workers", "out", "threads", "logger",
-                               "data_root"})
+# Options a resumed run may change: its schedule and where it runs (their declared role); the rest is the run's own.
+RESUME_CHANGEABLE = names_with_role(TrainConfig, SCHEDULE, WHERE)
 
 
 def resume_config(run_dir: PathLike, overrides: dict) -> TrainConfig:

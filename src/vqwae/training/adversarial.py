@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from vqwae.options import check_fields, option
+from vqwae.options import WHERE, check_fields, option
 
 BETAS = (0.5, 0.9)  # taming's Adam betas, for the autoencoder and the discriminator alike
 
@@ -38,7 +38,7 @@ class AdversarialOptions:
     disc_layers: int = option(3, "vqgan: strided layers of the PatchGAN discriminator (3: 70x70 patches)", min=1)
     disc_channels: int = option(64, "vqgan: channels of the discriminator's first layer", min=1)
     lpips_weights: str | None = option(None, "vqgan: folder with vgg16_features.pth and v0.1/vgg.pth (env "
-                                       "VQWAE_LPIPS_WEIGHTS; None: download when online)")
+                                       "VQWAE_LPIPS_WEIGHTS; None: download when online)", role=WHERE)
 
     def __post_init__(self):
         check_fields(self)

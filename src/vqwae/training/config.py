@@ -31,7 +31,7 @@ import yaml
 
 from vqwae.data.options import DataOptions
 from vqwae.models.networks import NetworkConfig, NetworkOptions
-from vqwae.options import check_fields, from_flat, option, section, to_flat, to_nested
+from vqwae.options import SCHEDULE, WHERE, check_fields, from_flat, identity, option, section, to_flat, to_nested
 from vqwae.quantizers import (CodebookShape, StochasticConfig, StochasticOptions, VectorConfig, VectorOptions,
                               WassersteinConfig, WassersteinOptions, upgrade_quantizer_config)
 from vqwae.quantizers.stochastic import initial_log_var
@@ -81,13 +81,14 @@ class QuantizerOptions(CodebookShape):
 
 @dataclass(frozen=True)
 class OptimOptions:
-    epochs: int = option(100, "training epochs", min=1)
+    epochs: int = option(100, "training epochs", min=1, role=SCHEDULE)
     batch_size: int = option(32, "images per step and process (the global batch under DDP is world_size times this)",
                              min=1)
     lr: float = option(1e-3, "Adam learning rate", min=0)
     lr_factor: float = option(0.5, "ReduceLROnPlateau (on validation MSE) factor", min=0, below=1)
     lr_patience: int = option(3, "ReduceLROnPlateau patience, in epochs", min=0)
-    max_steps: int | None = option(None, "stop after this many optimiser steps (None: run all epochs)", min=1)
+    max_steps: int | None = option(None, "stop after this many optimiser steps (None: run all epochs)", min=1,
+                                   role=SCHEDULE)
 
     def __post_init__(self):
         check_fields(self)
@@ -97,14 +98,14 @@ class OptimOptions:
 
 @dataclass(frozen=True)
 class RunOptions:
-    out: str = option("runs/run", "the run folder (RUN_DIR)")
+    out: str = option("runs/run", "the run folder (RUN_DIR)", role=WHERE)
     seed: int = option(0, "random seed (initialisation, batch order, splits)")
-    device: str = option("auto", "auto (CUDA when present) | cpu | cuda | cuda:N")
+    device: str = option("auto", "auto (CUDA when present) | cpu | cuda | cuda:N", role=WHERE)
     precision: str = option("fp32", "autocast precision; quantization always runs in fp32", choices=PRECISIONS)
     logger: str = option("none", "live curves besides metrics.jsonl: tensorboard (RUN_DIR/tensorboard; "
-                         "pip install 'vqwae[tensorboard]')", choices=LOGGERS)
+                         "pip install 'vqwae[tensorboard]')", choices=LOGGERS, role=WHERE)
     threads: int | None = option(None, "CPU threads on the CPU (env VQWAE_THREADS; None: the CPUs not already "
-                                 "busy when training starts)", min=1)
+                                 "busy when training starts)", min=1, role=WHERE)
     preset: str | None = option(None, "the preset applied (recorded for provenance)")
 
     def __post_init__(self):
@@ -128,6 +129,24 @@ class TrainConfig:
 
     def __post_init__(self):
         check_fields(self)
+
+    # ---- identity -----------------------------------------------------------------------------------
+    def unread(self) -> tuple[tuple[str, ...], ...]:
+        """Paths of the options this configuration never reads: the other methods' quantizer sections, the
+        options its own method leaves unread (``unread()`` of its section), the network's (``NetworkOptions``)
+        and, unless the network is VQGAN's, the adversarial section."""
+        paths = [("quantizer", m) for m in MODELS if m != self.model]
+        options = getattr(self.quantizer, self.model)
+        paths += [("quantizer", self.model, k) for k in (options.unread() if hasattr(options, "unread") else ())]
+        paths += [("network", k) for k in self.network.unread()]
+        if self.network.arch != "vqgan":
+            paths.append(("gan",))
+        return tuple(paths)
+
+    def identity(self) -> dict:
+        """What this run trains (nested, with the config layout's version, as config.json): every option but the
+        WHERE ones (``vqwae.options``) and the unread."""
+        return {"format_version": FORMAT_VERSION, **identity(self, self.unread())}
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
