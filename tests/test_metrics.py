@@ -18,12 +18,10 @@ from torch import nn
 from vqwae import threads as threadmod
 from vqwae.metrics import fid as fidmod
 from vqwae.metrics.evaluate import evaluate_reconstructions
+from vqwae.metrics.fid_cache import FIDStatsCache, StatsKey, dataset_fingerprint
 from vqwae.metrics.fid import (
     INCEPTION_FILENAME,
-    FIDStatsCache,
     InceptionFeatures,
-    StatsKey,
-    dataset_fingerprint,
     feature_statistics,
     fid_from_features,
     frechet_distance,
@@ -335,6 +333,21 @@ def test_inception_matches_torch_fidelity(shared_weights):
     assert torch.allclose(inc(g), ref_g, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.skipif(not HAS_TORCH_FIDELITY, reason="torch-fidelity is not installed (optional; used only for this cross-check)")
+@pytest.mark.parametrize("n,d", [(600, 64), (300, 512)])
+def test_frechet_distance_matches_torch_fidelity(n, d):
+    """The hand-written distance (and its exact sample-space form for N < D) gives torch-fidelity's number."""
+    from torch_fidelity.metric_fid import fid_statistics_to_metric
+
+    g = np.random.default_rng(n)
+    f1, f2 = g.normal(size=(n, d)), 1.1 * g.normal(size=(n, d)) + 0.05
+    s1, s2 = feature_statistics(f1), feature_statistics(f2)
+    ref = fid_statistics_to_metric(dict(mu=s1[0], sigma=s1[1]), dict(mu=s2[0], sigma=s2[1]), False)
+    ref = ref["frechet_inception_distance"]
+    for ours in (frechet_distance(*s1, *s2), fid_from_features(f1, f2), fidmod.fid_against_statistics(*s1, f2)):
+        assert ours == pytest.approx(ref, rel=1e-3)
+
+
 # -- statistics cache ---------------------------------------------------------------------------
 def test_stats_cache_roundtrip_and_invalidation(tmp_path):
     data = torch.rand(10, 3, 8, 8)
@@ -342,35 +355,36 @@ def test_stats_cache_roundtrip_and_invalidation(tmp_path):
     key = StatsKey("cifar10", "test", None, str(tmp_path), fp)
     cache = FIDStatsCache(tmp_path / "fid")
     mu, sigma = np.arange(3.0), np.eye(3)
-    assert cache.load(key, "w1") is None
-    p = cache.save(key, "w1", mu, sigma)
+    assert cache.lookup(key, "w1", 10) is None
+    p = cache.save(key, "w1", mu, sigma, num_images=10)
     assert p is not None and p.is_file() and p.suffix == ".npz"
     umask = os.umask(0)
     os.umask(umask)
     assert p.stat().st_mode & 0o777 == 0o666 & ~umask  # the usual mode, not mkstemp's 0600
     assert not [q for q in p.parent.iterdir() if q.suffix == ".tmp"]  # atomic write left no temp file
-    got = cache.load(key, "w1")
+    got = cache.lookup(key, "w1", 10)
     assert got is not None and np.array_equal(got[0], mu) and np.array_equal(got[1], sigma)
+    with pytest.warns(UserWarning, match="holds 10 images' statistics, not 9"):  # another count: a miss
+        assert cache.lookup(key, "w1", 9) is None
 
     # any change of the images (first / last item, count), the limit, root, split or weights: a miss
     changed = data.clone()
     changed[-1, 0, 0, 0] += 0.5
     for other_fp in (dataset_fingerprint(changed), dataset_fingerprint(data[:9]), dataset_fingerprint(data, limit=5)):
         assert other_fp != fp
-        assert cache.load(StatsKey("cifar10", "test", None, str(tmp_path), other_fp), "w1") is None
+        assert cache.lookup(StatsKey("cifar10", "test", None, str(tmp_path), other_fp), "w1", 10) is None
     assert dataset_fingerprint(data.clone()) == fp
-    assert cache.load(key, "w2") is None
-    assert cache.load(StatsKey("cifar10", "test", 5, str(tmp_path), fp), "w1") is None
-    assert cache.load(StatsKey("cifar10", "train", None, str(tmp_path), fp), "w1") is None
-    assert cache.load(StatsKey("cifar10", "test", None, str(tmp_path / "other"), fp), "w1") is None
+    assert cache.lookup(key, "w2", 10) is None
+    assert cache.lookup(StatsKey("cifar10", "test", 5, str(tmp_path), fp), "w1", 10) is None
+    assert cache.lookup(StatsKey("cifar10", "train", None, str(tmp_path), fp), "w1", 10) is None
+    assert cache.lookup(StatsKey("cifar10", "test", None, str(tmp_path / "other"), fp), "w1", 10) is None
 
     # a corrupt file is a miss (with a warning), not a crash
     p.write_bytes(b"not an npz")
     with pytest.warns(UserWarning, match="unreadable"):
-        assert cache.load(key, "w1") is None
-    with pytest.warns(UserWarning, match="unreadable"):
-        assert cache.get_or_compute(key, "w1", lambda: (mu, sigma))[0] is mu
-    assert cache.load(key, "w1") is not None
+        assert cache.lookup(key, "w1", 10) is None
+    cache.save(key, "w1", mu, sigma, num_images=10)  # what a caller does after a miss: the file is replaced
+    assert cache.lookup(key, "w1", 10) is not None
 
 
 def test_stats_cache_default_dir(monkeypatch, tmp_path):
@@ -477,17 +491,19 @@ def test_evaluate_rfid_uses_stats_cache(tmp_path):
     r1 = evaluate_reconstructions(model, loader, num_codes=16, device="cpu", inception=feats,
                                   real_stats_cache_key=key, stats_cache=cache, progress=False)
     assert r1["rfid_real_stats"] == "computed" and r1["rfid"] > 0
-    assert cache.load(key, "tiny-v1") is not None
+    assert cache.lookup(key, "tiny-v1", 10) is not None
     r2 = evaluate_reconstructions(model, loader, num_codes=16, device="cpu", inception=feats,
                                   real_stats_cache_key=key, stats_cache=cache, progress=False)
-    # same value (sqrtm of the singular 256x256 product in the cached path vs the exact sample-space form)
-    assert r2["rfid_real_stats"] == "cache" and r2["rfid"] == pytest.approx(r1["rfid"], rel=1e-4)
-    # a key that does not describe the loader (here: 8 of the 10 images) is caught, not silently used
-    with pytest.raises(ValueError, match="cache key does not describe"):
-        evaluate_reconstructions(model, loader, num_codes=16, device="cpu", inception=feats, limit=8,
-                                 real_stats_cache_key=key, stats_cache=cache, progress=False)
+    # the same value: both paths take the exact sample-space form (N = 10 < 256 features)
+    assert r2["rfid_real_stats"] == "cache" and r2["rfid"] == pytest.approx(r1["rfid"], rel=1e-9)
+    # a key that does not describe the loader (here: 8 of the 10 images) is a miss, not silently used
+    with pytest.warns(UserWarning, match="not 8"):
+        r3 = evaluate_reconstructions(model, loader, num_codes=16, device="cpu", inception=feats, limit=8,
+                                      real_stats_cache_key=key, stats_cache=cache, progress=False)
+    assert r3["rfid_real_stats"] == "computed"
+    cache.save(key, "tiny-v1", *feature_statistics(feats(data)), num_images=10)
     # the cached real statistics are those of the real images
-    mu, sigma = cache.load(key, "tiny-v1")
+    mu, sigma = cache.lookup(key, "tiny-v1", 10)
     mu_ref, sigma_ref = feature_statistics(feats(data))
     assert np.allclose(mu, mu_ref) and np.allclose(sigma, sigma_ref)
     # the value equals FID of real vs reconstruction features computed by hand

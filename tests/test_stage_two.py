@@ -190,7 +190,8 @@ def test_fid_against_statistics_matches_frechet_distance():
 
 
 def test_generation_fid_real_inception(run_dir, uncond, cond, shared_weights, tmp_path):
-    from vqwae.metrics.fid import FIDStatsCache, load_inception
+    from vqwae.metrics.fid import load_inception
+    from vqwae.metrics.fid_cache import FIDStatsCache
 
     inception, why = load_inception(shared_weights / "inception", download=False, batch_size=16, num_threads=1)
     assert inception is not None, why
@@ -203,12 +204,12 @@ def test_generation_fid_real_inception(run_dir, uncond, cond, shared_weights, tm
     cfg = read_config(run_dir)
     root = cfg.data.data_root
     test, _ = load_run_split(run_dir, "test", limit=16)
-    from vqwae.metrics.fid import StatsKey, dataset_fingerprint
+    from vqwae.metrics.fid_cache import StatsKey, dataset_fingerprint
 
     key = StatsKey(dataset=cfg.data.dataset, split="test", limit=16, data_root=str(root or "."),
                    fingerprint=dataset_fingerprint(test, 16))
     assert key == real_stats_key(cfg, "test", 16, test, root)
-    assert cache.load_with_count(key, inception.identity)[2] == 16
+    assert cache.lookup(key, inception.identity, 16) is not None
     c = generation_fid(run_dir, n=8, conditional=True, inception=inception, stats_cache=cache, limit=16,
                        batch_size=8)
     assert c["gfid_cond"] > 0 and c["gfid_cond_info"]["real_stats"] == "cache"

@@ -29,9 +29,9 @@ _EXPORTS = {
     "feature_statistics": "fid",
     "frechet_distance": "fid",
     "fid_from_features": "fid",
-    "FIDStatsCache": "fid",
-    "StatsKey": "fid",
-    "dataset_fingerprint": "fid",
+    "FIDStatsCache": "fid_cache",
+    "StatsKey": "fid_cache",
+    "dataset_fingerprint": "fid_cache",
     "evaluate_reconstructions": "evaluate",
 }
 

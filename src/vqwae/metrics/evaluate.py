@@ -10,7 +10,7 @@ labels) with images in [0, 1], clamps the reconstructions to [0, 1] and accumula
   the authors do for 32x32 images) -- see :mod:`vqwae.metrics.image` and :mod:`vqwae.metrics.lpips`;
 * ``rfid``: FID between the real images and their reconstructions (InceptionV3 pool3 features at
   299x299 from the native images, :mod:`vqwae.metrics.fid`); the real statistics come from the
-  :class:`~vqwae.metrics.fid.FIDStatsCache` when ``real_stats_cache_key`` is given (and are stored
+  :class:`~vqwae.metrics.fid_cache.FIDStatsCache` when ``real_stats_cache_key`` is given (and are stored
   there after a miss);
 * code usage: ONE histogram of ``out.indices`` over the whole split and all latent positions
   (:class:`vqwae.metrics.usage.CodeUsage`) -> ``perplexity`` (exp entropy, at most K),
@@ -28,21 +28,14 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from vqwae.progress import progress_bar
-from vqwae.metrics.fid import (
-    FIDStatsCache,
-    InceptionFeatures,
-    StatsKey,
-    feature_statistics,
-    fid_from_features,
-    frechet_distance,
-    load_inception,
-)
+from vqwae.metrics.fid import InceptionFeatures, feature_statistics, fid_against_statistics, fid_from_features, load_inception
+from vqwae.metrics.fid_cache import FIDStatsCache, StatsKey
 from vqwae.metrics.image import Resolution, check_resolution, prepare_images, psnr_per_image, ssim_per_image
 from vqwae.metrics.lpips import LPIPS, load_lpips
 from vqwae.metrics.usage import CodeUsage
 from vqwae.threads import cpu_threads
 
-__all__ = ["evaluate_reconstructions"]
+__all__ = ["evaluate_reconstructions", "load_metric_networks", "METRIC_NETWORKS"]
 
 _AUTO = "auto"
 
@@ -52,6 +45,40 @@ def _indices_of(out: Any) -> torch.Tensor:
     if idx is None:
         raise TypeError("model(x) must return (x_hat, out) with out.indices of shape (B, h, w)")
     return idx
+
+
+METRIC_NETWORKS = ("lpips", "lpips_vgg", "rfid")  # the metrics that need a network with weights
+
+
+def load_metric_networks(names, *, lpips_weights=None, inception_weights=None, device="cpu") -> tuple[dict, dict]:
+    """The one way vqwae loads the networks of the metrics ``names`` (of METRIC_NETWORKS): ``({name: network or
+    None}, {name: one-line reason it is None})``; weights resolve as ``load_lpips`` / ``load_inception`` say."""
+    unknown = set(names) - set(METRIC_NETWORKS)
+    if unknown:
+        raise ValueError(f"unknown metric network(s) {sorted(unknown)}; known: {', '.join(METRIC_NETWORKS)}")
+    loaders = {"lpips": lambda: load_lpips(lpips_weights, device=device),
+               "lpips_vgg": lambda: load_lpips(lpips_weights, net="vgg", device=device),
+               "rfid": lambda: load_inception(inception_weights, device=device)}
+    nets, reasons = {}, {}
+    for name in names:
+        nets[name], why = loaders[name]()
+        if why:
+            reasons[name] = why
+    return nets, reasons
+
+
+def _expected_images(loader, limit: int | None) -> int | None:
+    """How many images a DataLoader over a sized data set yields (capped by ``limit``), or None where that
+    cannot be known before iterating (then the real statistics are computed, not read from the cache)."""
+    from torch.utils.data import BatchSampler, DataLoader
+
+    if not isinstance(loader, DataLoader) or loader.drop_last or not isinstance(loader.batch_sampler, BatchSampler):
+        return None
+    try:
+        n = len(loader.batch_sampler.sampler)
+    except TypeError:
+        return None
+    return n if limit is None else min(n, limit)
 
 
 def evaluate_reconstructions(
@@ -86,11 +113,11 @@ def evaluate_reconstructions(
             out of the result unless ``skip_reasons`` has a reason for it.
         inception: an :class:`~vqwae.metrics.fid.InceptionFeatures`, ``"auto"`` or None (skip rFID).
         real_stats_cache_key: if given, the real-image statistics are read from / written to
-            ``stats_cache`` (default :class:`FIDStatsCache` at ``~/.cache/vqwae/fid``) under this key
-            and the Inception weights' identity; the key must describe the same images (and
-            ``limit``) this loader yields.
+            ``stats_cache`` (default :class:`~vqwae.metrics.fid_cache.FIDStatsCache` at ``~/.cache/vqwae/fid``)
+            under this key and the Inception weights' identity; the key must describe the same images (and
+            ``limit``) this loader yields. Read only from a DataLoader, whose image count is known up front.
         limit: evaluate at most this many images.
-        progress: show a tqdm progress bar on stderr.
+        progress: show a progress bar on stderr (``vqwae.progress``).
         skip_reasons: reasons to report for metrics whose network is None, e.g. the reason
             returned by :func:`load_lpips` (``{"lpips": why, "lpips_vgg": why, "rfid": why}``).
         num_threads: torch CPU threads during the evaluation when ``device`` is the CPU (default:
@@ -105,24 +132,16 @@ def evaluate_reconstructions(
     reasons = dict(skip_reasons or {})
     result: dict[str, Any] = {}
 
-    if isinstance(lpips_net, str):
-        if lpips_net != _AUTO:
-            raise ValueError(f"lpips_net must be an LPIPS module, 'auto' or None, got {lpips_net!r}")
-        lpips_net, why = load_lpips(device=device)
-        if why:
-            reasons["lpips"] = why
-    if isinstance(lpips_vgg_net, str):
-        if lpips_vgg_net != _AUTO:
-            raise ValueError(f"lpips_vgg_net must be an LPIPS module, 'auto' or None, got {lpips_vgg_net!r}")
-        lpips_vgg_net, why = load_lpips(net="vgg", device=device)
-        if why:
-            reasons["lpips_vgg"] = why
-    if isinstance(inception, str):
-        if inception != _AUTO:
-            raise ValueError(f"inception must be an InceptionFeatures, 'auto' or None, got {inception!r}")
-        inception, why = load_inception(device=device)
-        if why:
-            reasons["rfid"] = why
+    given = dict(lpips=lpips_net, lpips_vgg=lpips_vgg_net, rfid=inception)
+    for (name, value), arg in zip(given.items(), ("lpips_net", "lpips_vgg_net", "inception")):
+        if isinstance(value, str) and value != _AUTO:
+            raise ValueError(f"{arg} must be a network, 'auto' or None, got {value!r}")
+    auto = [name for name, value in given.items() if value == _AUTO]
+    if auto:
+        loaded, why = load_metric_networks(auto, device=device)
+        given.update(loaded)
+        reasons.update(why)
+    lpips_net, lpips_vgg_net, inception = given["lpips"], given["lpips_vgg"], given["rfid"]
     if lpips_net is not None:
         lpips_net = lpips_net.to(device).eval()
     if lpips_vgg_net is not None:
@@ -130,14 +149,13 @@ def evaluate_reconstructions(
     if inception is not None:
         inception.to(device)
 
-    real_stats = None
+    real_stats, expected = None, _expected_images(loader, limit)
     if inception is not None and real_stats_cache_key is not None:
         stats_cache = stats_cache or FIDStatsCache()
-        hit = stats_cache.load_with_count(real_stats_cache_key, inception.identity)
-        real_stats, cached_count = (hit[:2], hit[2]) if hit is not None else (None, None)
+        if expected is not None:  # the cache's rule: statistics of exactly the images compared
+            real_stats = stats_cache.lookup(real_stats_cache_key, inception.identity, expected)
+    if inception is not None:
         result["rfid_real_stats"] = "cache" if real_stats is not None else "computed"
-    elif inception is not None:
-        result["rfid_real_stats"] = "computed"
 
     usage = CodeUsage(num_codes, device=device)
     n_images = 0
@@ -218,13 +236,9 @@ def evaluate_reconstructions(
                 stats_cache.save(real_stats_cache_key, inception.identity, *feature_statistics(real), num_images=n_images)
             result["rfid"] = fid_from_features(real, fake)  # exact sample-space form when N < 2048
         else:
-            if cached_count is not None and cached_count != n_images:
-                raise ValueError(
-                    f"the cached real-image FID statistics for {real_stats_cache_key} were computed on "
-                    f"{cached_count} images but this run evaluated {n_images}: the cache key does not "
-                    "describe this loader (check its limit and fingerprint)"
-                )
-            result["rfid"] = frechet_distance(*real_stats, *feature_statistics(fake))
+            if n_images != expected:
+                raise RuntimeError(f"the loader yielded {n_images} images, not the {expected} its length promised")
+            result["rfid"] = fid_against_statistics(*real_stats, fake)  # exact sample-space form when N < 2048
 
     result.update(
         perplexity=usage.perplexity,

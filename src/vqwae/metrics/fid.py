@@ -1,4 +1,4 @@
-"""FID: InceptionV3 pool3 features, Gaussian statistics, the Frechet distance, a statistics cache.
+"""FID: InceptionV3 pool3 features, Gaussian statistics, the Frechet distance.
 
 The network is the TensorFlow 2015-12-05 InceptionV3 graph every published FID uses, here as the
 TorchScript file ``fid_inception_v3_tf2015_torchscript.pt`` (NVIDIA's conversion; input (N, 3, 299,
@@ -26,21 +26,24 @@ torch-fidelity is installed, torch-fidelity's own InceptionV3 (it downloads its 
 and applies the same preprocessing internally) -> ``(None, reason)``.
 On a 2-core CPU the network costs about 0.1-0.2 s per image (more if the cores are oversubscribed,
 see :func:`vqwae.threads.default_num_threads`).
+
+Why not torch-fidelity's FID itself (it is a test dependency, and the tests check that its InceptionV3 gives these
+features and its distance these numbers, to 1e-3): its feature extractor loads only its own weights file (a
+download), not the TorchScript file a machine offline is given; it takes a data set of images, where vqwae feeds
+the network the real images and their reconstructions batch by batch in one pass; and its distance takes the
+square root of the 2048 x 2048 product, slow on a CPU and least accurate when there are fewer images than
+features, where :func:`fid_from_features` and :func:`fid_against_statistics` compute the same value exactly.
+The real images' statistics are cached by :mod:`vqwae.metrics.fid_cache`.
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import warnings
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
-from vqwae.files import atomic_path
 from vqwae.threads import cpu_threads
 from vqwae.metrics._weights import PathLike, env_path, file_sha256
 
@@ -57,10 +60,7 @@ __all__ = [
     "feature_statistics",
     "frechet_distance",
     "fid_from_features",
-    "StatsKey",
-    "FIDStatsCache",
-    "dataset_fingerprint",
-    "default_fid_cache_dir",
+    "fid_against_statistics",
 ]
 
 INCEPTION_ENV = "VQWAE_INCEPTION_WEIGHTS"
@@ -349,116 +349,3 @@ def fid_from_features(features1, features2) -> float:
     tr2 = float((a2 * a2).sum()) / (n2 - 1)
     nuclear = float(np.linalg.svd(a1 @ a2.T, compute_uv=False).sum())
     return float(diff @ diff + tr1 + tr2 - 2.0 * nuclear / np.sqrt((n1 - 1) * (n2 - 1)))
-
-
-# -- real-image statistics cache ----------------------------------------------------------------
-def default_fid_cache_dir() -> Path:
-    """``$VQWAE_CACHE/fid`` if VQWAE_CACHE is set, else ``~/.cache/vqwae/fid``."""
-    root = env_path("VQWAE_CACHE")
-    return (root if root is not None else Path.home() / ".cache" / "vqwae") / "fid"
-
-
-def dataset_fingerprint(dataset, limit: int | None = None) -> str:
-    """Cheap content fingerprint of an image dataset (the first ``limit`` items).
-
-    Hashes the item count, and the shape, dtype and bytes of the first and the last image
-    (``dataset[i][0]`` for (image, label) datasets, else ``dataset[i]``). Works for map-style
-    datasets and for (N, ...) tensors.
-    """
-    n = len(dataset)
-    if limit is not None:
-        n = min(n, int(limit))
-    h = hashlib.sha256(f"n={n}".encode())
-    for i in sorted({0, n - 1}) if n > 0 else []:
-        item = dataset[i]
-        if isinstance(item, (tuple, list)):
-            item = item[0]
-        arr = item.detach().cpu().contiguous().numpy() if isinstance(item, torch.Tensor) else np.ascontiguousarray(np.asarray(item))
-        h.update(f"|{i}|{arr.shape}|{arr.dtype}|".encode())
-        h.update(arr.tobytes())
-    return h.hexdigest()[:32]
-
-
-@dataclass(frozen=True)
-class StatsKey:
-    """What identifies a real-image statistics file (besides the Inception weights).
-
-    ``data_root`` is made absolute; ``fingerprint`` should come from :func:`dataset_fingerprint`
-    (or anything that changes when the images do). ``limit`` None means the whole split.
-    """
-
-    dataset: str
-    split: str
-    limit: int | None
-    data_root: str
-    fingerprint: str
-
-    def __post_init__(self):
-        object.__setattr__(self, "data_root", str(Path(self.data_root).expanduser().resolve()))
-
-
-class FIDStatsCache:
-    """Real-image (mu, sigma) stored as ``.npz`` files under ``cache_dir``.
-
-    The file name holds a sha256 of the full key (dataset, split, limit, data root, fingerprint,
-    Inception weights identity, preprocessing version); the key is also stored inside the file and
-    compared on load, so a changed dataset, root, limit, weights file or preprocessing never reads
-    a stale file. Writes are atomic (temporary file in the same folder, then ``os.replace``); an
-    unreadable file is treated as a miss; a folder that cannot be written only loses the speed-up.
-    """
-
-    def __init__(self, cache_dir: PathLike | None = None):
-        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_fid_cache_dir()
-
-    @staticmethod
-    def _meta(key: StatsKey, weights_identity: str) -> dict:
-        return {**asdict(key), "weights": weights_identity, "preprocess": PREPROCESS_VERSION}
-
-    def path(self, key: StatsKey, weights_identity: str) -> Path:
-        meta = self._meta(key, weights_identity)
-        digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
-        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in f"{key.dataset}-{key.split}")
-        return self.cache_dir / f"{safe}-{digest}.npz"
-
-    def load(self, key: StatsKey, weights_identity: str) -> tuple[np.ndarray, np.ndarray] | None:
-        """(mu, sigma) stored under this key, or None (missing, different key, unreadable)."""
-        hit = self.load_with_count(key, weights_identity)
-        return None if hit is None else hit[:2]
-
-    def load_with_count(self, key: StatsKey, weights_identity: str) -> tuple[np.ndarray, np.ndarray, int | None] | None:
-        """Like :meth:`load`, plus the number of images the statistics were computed on (if stored)."""
-        p = self.path(key, weights_identity)
-        if not p.is_file():
-            return None
-        try:
-            with np.load(p, allow_pickle=False) as z:
-                stored = json.loads(str(z["meta"]))
-                if stored != json.loads(json.dumps(self._meta(key, weights_identity))):
-                    return None
-                n = int(z["num_images"]) if "num_images" in z.files else -1
-                return z["mu"].astype(np.float64), z["sigma"].astype(np.float64), (n if n >= 0 else None)
-        except Exception as e:
-            warnings.warn(f"ignoring unreadable FID statistics cache {p}: {type(e).__name__}: {e}")
-            return None
-
-    def save(self, key: StatsKey, weights_identity: str, mu: np.ndarray, sigma: np.ndarray, *, num_images: int | None = None) -> Path | None:
-        p = self.path(key, weights_identity)
-        meta = json.dumps(self._meta(key, weights_identity), sort_keys=True)
-        try:
-            with atomic_path(p) as tmp, open(tmp, "wb") as f:
-                np.savez(f, mu=np.asarray(mu, np.float64), sigma=np.asarray(sigma, np.float64), meta=np.array(meta),
-                         num_images=np.array(-1 if num_images is None else int(num_images)))
-            return p
-        except OSError as e:
-            warnings.warn(f"could not write FID statistics cache {p}: {e}")
-            return None
-
-    def get_or_compute(
-        self, key: StatsKey, weights_identity: str, compute: Callable[[], tuple[np.ndarray, np.ndarray]]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        hit = self.load(key, weights_identity)
-        if hit is not None:
-            return hit
-        mu, sigma = compute()
-        self.save(key, weights_identity, mu, sigma)
-        return mu, sigma

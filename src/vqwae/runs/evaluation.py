@@ -16,9 +16,8 @@ from torch.utils.data import DataLoader
 from vqwae.files import atomic_write_text
 from vqwae.distributed import resolve_device
 from vqwae.figures import reconstruction_grid, training_curves, usage_histogram
-from vqwae.metrics.evaluate import evaluate_reconstructions
-from vqwae.metrics.fid import FIDStatsCache, load_inception
-from vqwae.metrics.lpips import load_lpips
+from vqwae.metrics.evaluate import evaluate_reconstructions, load_metric_networks
+from vqwae.metrics.fid_cache import FIDStatsCache
 from vqwae.runs import layout
 from vqwae.runs.generation import real_stats_key
 
@@ -28,25 +27,14 @@ SSIM_WINDOW = "uniform 11x11 (valid region), data_range 1"
 @functools.lru_cache(maxsize=4)
 def _metric_networks(inception_weights, lpips_weights, device: str, fid: bool, lpips: bool, lpips_vgg: bool):
     """Load the LPIPS, LPIPS-VGG and Inception networks once per process (reproduce evaluates dozens of runs)."""
-    reasons: dict[str, str] = {}
-    lpips_net = lpips_vgg_net = inception = None
-    if lpips:
-        lpips_net, why = load_lpips(lpips_weights, device=device)
-        if why:
-            reasons["lpips"] = why
-    else:
+    wanted = [name for name, on in (("lpips", lpips), ("lpips_vgg", lpips_vgg), ("rfid", fid)) if on]
+    nets, reasons = load_metric_networks(wanted, lpips_weights=lpips_weights, inception_weights=inception_weights,
+                                         device=device)
+    if not lpips:
         reasons["lpips"] = "not asked for (--no-lpips)"
-    if lpips_vgg:  # off by default: no key, no message
-        lpips_vgg_net, why = load_lpips(lpips_weights, net="vgg", device=device)
-        if why:
-            reasons["lpips_vgg"] = why
-    if fid:
-        inception, why = load_inception(inception_weights, device=device)
-        if why:
-            reasons["rfid"] = why
-    else:
+    if not fid:  # lpips_vgg is off by default: no key, no message
         reasons["rfid"] = "not asked for (--no-fid)"
-    return lpips_net, lpips_vgg_net, inception, reasons
+    return nets.get("lpips"), nets.get("lpips_vgg"), nets.get("rfid"), reasons
 
 
 def evaluate_run(

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from vqwae.metrics.fid import (FIDStatsCache, StatsKey, dataset_fingerprint, feature_statistics,
-                               fid_against_statistics, load_inception)
+from vqwae.metrics.fid import feature_statistics, fid_against_statistics, load_inception
+from vqwae.metrics.fid_cache import FIDStatsCache, StatsKey, dataset_fingerprint
 from vqwae.progress import progress_bar
 from vqwae.runs import layout
 from vqwae.runs.prior import read_summary, available_priors, find_prior, generate
@@ -60,7 +60,7 @@ def generation_fid(
             drawn (seeded) from the empirical label distribution of the test split.
         inception: a :class:`vqwae.metrics.fid.InceptionFeatures` (from ``load_inception``), already on
             the device it should run on.
-        stats_cache: a :class:`vqwae.metrics.fid.FIDStatsCache` for the real-image statistics (None: the
+        stats_cache: a :class:`vqwae.metrics.fid_cache.FIDStatsCache` for the real-image statistics (None: the
             default cache ``~/.cache/vqwae/fid``). The key is the one ``vqwae eval`` uses for rFID
             (:func:`real_stats_key`), so both share the test split's statistics.
         device: where the prior and the decoder run.
@@ -105,10 +105,9 @@ def generation_fid(
 
     cache = stats_cache if stats_cache is not None else FIDStatsCache()
     key = real_stats_key(cfg, "test", limit, test, root)
-    hit = cache.load_with_count(key, inception.identity)
-    if hit is not None and (hit[2] is None or hit[2] == len(test)):
-        mu_r, sigma_r = hit[0], hit[1]
-        real_source = "cache"
+    hit = cache.lookup(key, inception.identity, len(test))
+    if hit is not None:
+        (mu_r, sigma_r), real_source = hit, "cache"
     else:
         loader = DataLoader(test, batch_size=250, shuffle=False)
         feats = [inception(x) for x, _ in progress_bar(loader, desc="inception (real)" if progress else None,

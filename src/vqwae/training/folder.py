@@ -23,6 +23,7 @@ The names live here, below training, because training writes the folder; the wor
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -98,6 +99,37 @@ def check_trained(run_dir: PathLike) -> Path:
 
 
 # ---- config, metrics, eval.json ------------------------------------------------------------------
+def check_can_train(run_dir: PathLike, resume: bool) -> None:
+    """That training may start in RUN_DIR: a fresh folder, or ``resume`` with its state (else a one-line error)."""
+    run_dir = Path(run_dir)
+    existing = existing_run_files(run_dir)
+    if existing and not resume:
+        raise FileExistsError(
+            f"{run_dir} already holds a run ({', '.join(existing)}); pass --resume to continue it, "
+            "or choose another --out (nothing was overwritten)"
+        )
+    if resume and not (run_dir / STATE).exists():
+        # state.pt is written after each epoch's metrics line, so a run killed during its first state write
+        # records one epoch (it restarts); a run that records more has lost its state.pt: restarting would
+        # silently replace its weights and metrics
+        epochs = last_epoch(read_metrics(run_dir))
+        if epochs > 1:
+            raise FileNotFoundError(f"cannot resume: {run_dir / STATE} is missing, yet {run_dir} records "
+                                    f"{epochs} trained epochs; nothing was changed (restore the file, or train into "
+                                    "another --out)")
+
+
+def remove_if_unused(run_dir: PathLike) -> None:
+    """A run that stopped before its first checkpoint (bad data, a bad option) leaves no folder behind: this
+    removes RUN_DIR when it holds nothing but what this process wrote into it (its lock and config.json)."""
+    run_dir, ours = Path(run_dir), {LOCK, CONFIG}
+    with contextlib.suppress(OSError):
+        if all(p.name in ours and p.is_file() for p in run_dir.iterdir()):
+            for name in ours:
+                (run_dir / name).unlink(missing_ok=True)
+            run_dir.rmdir()
+
+
 def write_config(run_dir: PathLike, cfg) -> None:
     atomic_write_text(Path(run_dir) / CONFIG, json.dumps(cfg.to_dict(), indent=2))
 

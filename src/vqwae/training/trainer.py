@@ -151,24 +151,6 @@ def _in_layout_of(param: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     return grad if grad.stride() == param.stride() else torch.empty_like(param).copy_(grad)
 
 
-def _check_run_dir(run_dir: Path, resume: bool) -> None:
-    existing = folder.existing_run_files(run_dir)
-    if existing and not resume:
-        raise FileExistsError(
-            f"{run_dir} already holds a run ({', '.join(existing)}); pass --resume to continue it, "
-            "or choose another --out (nothing was overwritten)"
-        )
-    if resume and not (run_dir / folder.STATE).exists():
-        # state.pt is written after each epoch's metrics line, so a run killed during its first state write
-        # records one epoch (it restarts); a run that records more has lost its state.pt: restarting would
-        # silently replace its weights and metrics
-        epochs = folder.last_epoch(folder.read_metrics(run_dir))
-        if epochs > 1:
-            raise FileNotFoundError(f"cannot resume: {run_dir / folder.STATE} is missing, yet {run_dir} records "
-                                    f"{epochs} trained epochs; nothing was changed (restore the file, or train into "
-                                    "another --out)")
-
-
 def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = None) -> TrainResult:
     """Train into ``cfg.run.out`` (resume: continue the run there), holding the folder's lock throughout.
 
@@ -191,21 +173,10 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
             result = _train_locked(cfg, run_dir, device, dist_info, scope, resume=resume, progress=progress)
     except BaseException:
         if fresh and main:
-            _remove_if_unused(run_dir)
+            folder.remove_if_unused(run_dir)
         raise
     distributed.teardown() if dist_info.enabled else None
     return result
-
-
-def _remove_if_unused(run_dir: Path) -> None:
-    """A run that stopped before its first checkpoint (bad data, a bad option) leaves no folder behind: this
-    removes RUN_DIR when it holds nothing but what this process wrote into it (its lock and config.json)."""
-    ours = {folder.LOCK, folder.CONFIG}
-    with contextlib.suppress(OSError):
-        if all(p.name in ours and p.is_file() for p in run_dir.iterdir()):
-            for name in ours:
-                (run_dir / name).unlink(missing_ok=True)
-            run_dir.rmdir()
 
 
 def _cpu_threads_per_rank(threads: int | None, world: int) -> int:
@@ -218,108 +189,143 @@ def _cpu_threads_per_rank(threads: int | None, world: int) -> int:
 
 def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_info, scope: contextlib.ExitStack,
                   *, resume: bool, progress: bool | None) -> TrainResult:
-    data, opt, run = cfg.data, cfg.optim, cfg.run
-    rank, world, main = dist_info.rank, dist_info.world_size, dist_info.is_main
-    _check_run_dir(run_dir, resume)
+    folder.check_can_train(run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
+    training = _Training(cfg, run_dir, device, dist_info, resume=resume)
+    training.start(scope, resume=resume, progress=progress)
+    for epoch in range(training.epoch, cfg.optim.epochs):
+        if cfg.optim.max_steps is not None and training.step >= cfg.optim.max_steps:
+            break
+        training.run_epoch(epoch)
+    return TrainResult(run_dir, training.epoch, training.step, training.best, training.last)
 
-    # ---- data ------------------------------------------------------------------------------------------
+
+def _load_training_data(cfg: TrainConfig, rank: int, world: int):
+    """(splits, the validation loader of this rank's share), or a ValueError when a split is empty."""
+    data, opt = cfg.data, cfg.optim
     splits = load_splits(data.dataset, data.data_root, train_limit=data.train_limit, eval_limit=data.eval_limit,
-                         download=data.download, image_size=data.image_size, seed=run.seed,
+                         download=data.download, image_size=data.image_size, seed=cfg.run.seed,
                          skip_unreadable=data.skip_unreadable)
-    info = splits.info
     if len(splits.val) == 0 or len(splits.train) == 0:
         raise ValueError(f"{data.dataset}: {len(splits.train)} training and {len(splits.val)} validation images; "
                          "training needs both (an image folder gives a tenth of its images, rounded down, to "
                          "validation: at least 10 images, or ROOT/train and ROOT/val folders)")
     val_idx = list(range(rank, len(splits.val), world))  # each rank validates its own share
-    val_loader = DataLoader(splits.val, batch_size=max(opt.batch_size, 256),
-                            sampler=val_idx, num_workers=data.num_workers)
+    return splits, DataLoader(splits.val, batch_size=max(opt.batch_size, 256), sampler=val_idx,
+                              num_workers=data.num_workers)
 
-    # ---- model and optimisation (identical initialisation on every rank) --------------------------------
-    torch.manual_seed(run.seed)
-    model = build_model(cfg, info.channels, info.image_size).to(device)
-    gan = build_adversarial(cfg, info.channels, device)
-    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=opt.lr,
-                                 **({"betas": BETAS} if gan is not None else {}))
-    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=opt.lr_factor,
-                                                           patience=opt.lr_patience)
-    scaler = torch.amp.GradScaler(device.type, enabled=run.precision == "fp16" and device.type == "cuda")
-    autocast = _autocast_factory(run.precision, device)
-    start_epoch, step, best = 0, 0, math.inf
-    if resume and (run_dir / folder.STATE).exists():
-        state = checkpoint.load_state(run_dir / folder.STATE)
+
+class _Training:
+    """One run's training, in the order it happens: ``__init__`` loads the data and builds the model, its
+    optimiser and (VQGAN) adversary, identically on every rank, and restores a saved state; ``start`` records the
+    configuration and opens the logger; ``run_epoch`` trains one epoch, then validates, schedules and saves."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, device: torch.device, dist_info, *, resume: bool):
+        self.cfg, self.run_dir, self.device, self.dist = cfg, run_dir, device, dist_info
+        opt, run = cfg.optim, cfg.run
+        self.splits, self.val_loader = _load_training_data(cfg, dist_info.rank, dist_info.world_size)
+        info = self.splits.info
+        torch.manual_seed(run.seed)  # the same initialisation on every rank
+        self.model = build_model(cfg, info.channels, info.image_size).to(device)
+        self.gan = build_adversarial(cfg, info.channels, device)
+        self.optimizer = torch.optim.Adam([p for p in self.model.parameters() if p.requires_grad], lr=opt.lr,
+                                          **({"betas": BETAS} if self.gan is not None else {}))
+        self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(self.optimizer, mode="min", factor=opt.lr_factor,
+                                                                    patience=opt.lr_patience)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=run.precision == "fp16" and device.type == "cuda")
+        self.autocast = _autocast_factory(run.precision, device)
+        self.epoch, self.step, self.best, self.last = 0, 0, math.inf, {}
+        if resume and (run_dir / folder.STATE).exists():
+            self._restore(run_dir / folder.STATE)
+        else:
+            torch.manual_seed(run.seed + dist_info.rank)  # per-rank randomness (e.g. SQ-VAE's Gumbel noise)
+
+    def _restore(self, path: Path) -> None:
+        state = checkpoint.load_state(path)
         try:
-            model.load_state_dict(state["model"])
+            self.model.load_state_dict(state["model"])
         except RuntimeError as e:
-            raise ValueError(f"cannot resume: {run_dir / folder.STATE} does not match this configuration: {e}") from e
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        if gan is not None:
+            raise ValueError(f"cannot resume: {path} does not match this configuration: {e}") from e
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.gan is not None:
             if "gan" not in state:
-                raise ValueError(f"cannot resume: {run_dir / folder.STATE} holds no discriminator state")
-            gan.load_state_dict(state["gan"])
-        start_epoch, step, best = state["epoch"], state["step"], state["best_val_mse"]
+                raise ValueError(f"cannot resume: {path} holds no discriminator state")
+            self.gan.load_state_dict(state["gan"])
+        self.epoch, self.step, self.best = state["epoch"], state["step"], state["best_val_mse"]
         checkpoint.set_rng_state(state["rng"])
-    else:
-        torch.manual_seed(run.seed + rank)  # per-rank randomness (e.g. SQ-VAE's Gumbel noise)
-    if main:  # only once the data, the model and any saved state have loaded: a failed start changes nothing
-        folder.write_config(run_dir, cfg)
-    if resume and main:
-        # Lines of epochs after the saved state (or every line, when killed before the first state was
-        # written) are written again by this run.
-        folder.truncate_metrics(run_dir, start_epoch)
-    ddp_model = _wrap_ddp(model) if dist_info.enabled else model
-    if gan is not None and dist_info.enabled:
-        gan.wrap_ddp(DDP)
-    logger = scope.enter_context(contextlib.closing(build_logger(run.logger, run_dir, main)))
-    progress = main and progress is not False  # default: on rank 0 (a bar, or a line every 30 s in a log)
-    refresh = refresh_interval()  # decided once: the loop below only compares clocks
 
-    # ---- the loop ------------------------------------------------------------------------------------
-    last: dict = {}
-    completed = start_epoch
-    for epoch in range(start_epoch, opt.epochs):
-        if opt.max_steps is not None and step >= opt.max_steps:
-            break
+    def start(self, scope: contextlib.ExitStack, *, resume: bool, progress: bool | None) -> None:
+        main = self.dist.is_main
+        if main:  # only once the data, the model and any saved state have loaded: a failed start changes nothing
+            folder.write_config(self.run_dir, self.cfg)
+        if resume and main:
+            # Lines of epochs after the saved state (or every line, when killed before the first state was
+            # written) are written again by this run.
+            folder.truncate_metrics(self.run_dir, self.epoch)
+        self.ddp_model = _wrap_ddp(self.model) if self.dist.enabled else self.model
+        if self.gan is not None and self.dist.enabled:
+            self.gan.wrap_ddp(DDP)
+        self.logger = scope.enter_context(contextlib.closing(build_logger(self.cfg.run.logger, self.run_dir, main)))
+        self.progress = main and progress is not False  # default: on rank 0 (a bar, or a line every 30 s in a log)
+        self.refresh = refresh_interval()  # decided once: the loop only compares clocks
+
+    def run_epoch(self, epoch: int) -> None:
+        sums, seen_by, seen, seconds, partial = self._train_steps(epoch)
+        metrics = self._epoch_metrics(epoch, sums, seen_by, seen, seconds, partial)
+        if self.gan is None:
+            self.scheduler.step(metrics["val/mse"])
+        self.last, self.epoch = metrics, epoch + 1
+        if self.dist.is_main:
+            self._save(metrics)
+        else:
+            self.best = min(self.best, metrics["val/mse"])
+
+    def _train_steps(self, epoch: int):
+        """One epoch of optimiser steps: (the running sums of the loss terms, the images behind each adversarial
+        term, the images seen, the seconds, whether max_steps cut the epoch short)."""
+        cfg, device, model, gan = self.cfg, self.device, self.model, self.gan
+        opt, world = cfg.optim, self.dist.world_size
         model.train()
-        batches = epoch_batches(len(splits.train), opt.batch_size, epoch, run.seed, rank, world)
-        loader = DataLoader(splits.train, batch_sampler=batches, num_workers=data.num_workers)
+        batches = epoch_batches(len(self.splits.train), opt.batch_size, epoch, cfg.run.seed, self.dist.rank, world)
+        loader = DataLoader(self.splits.train, batch_sampler=batches, num_workers=cfg.data.num_workers)
         # Running sums stay on the device: no host synchronisation per step for bookkeeping.
         sums = defaultdict(lambda: torch.zeros((), dtype=torch.float64, device=device))
         seen_by = defaultdict(int)  # images behind each VQGAN term: the adversary's start at disc_start
         seen, t0 = 0, time.perf_counter()
         # A bar in a terminal, a line every 30 s in a log file; its figures are read from the device (a host
         # sync) only when it is about to show them.
-        bar = progress_bar(loader, desc=f"epoch {epoch + 1}/{opt.epochs}" if progress else None, unit="batch")
+        bar = progress_bar(loader, desc=f"epoch {epoch + 1}/{opt.epochs}" if self.progress else None, unit="batch")
         shown_at = -math.inf
         for i, (x, _) in enumerate(bar):
             x = x.to(device, non_blocking=True)
-            with autocast():
-                x_hat, out = ddp_model(x)
+            with self.autocast():
+                x_hat, out = self.ddp_model(x)
             terms: dict = {}
             if gan is None:
                 recon = model.reconstruction_loss(x_hat.float(), x)
             else:
-                with autocast():
-                    recon, terms = gan.generator_terms(x, x_hat.float(), model.decoder.last_layer, step)
+                with self.autocast():
+                    recon, terms = gan.generator_terms(x, x_hat.float(), model.decoder.last_layer, self.step)
                 recon = recon.float()
             loss = recon + out.loss
             if not torch.isfinite(loss):
                 raise TrainingDiverged(
-                    f"non-finite loss at epoch {epoch + 1}, step {step + 1} (terms: recon={float(recon.detach()):.4g}, "
+                    f"non-finite loss at epoch {epoch + 1}, step {self.step + 1} (terms: "
+                    f"recon={float(recon.detach()):.4g}, "
                     + ", ".join(f"{k}={float(v.detach()):.4g}" for k, v in out.losses.items())
-                    + f"); the last good checkpoint in {run_dir} is kept. Try a lower --lr or --precision fp32."
+                    + f"); the last good checkpoint in {self.run_dir} is kept. Try a lower --lr or --precision fp32."
                 )
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
             if gan is not None:
-                with autocast():
-                    terms.update(gan.discriminator_step(x, x_hat.detach().float(), step))
-            step += 1
-            logger.step(step, {"loss": loss, "recon": recon, **out.losses, **terms, "perplexity": out.perplexity})
+                with self.autocast():
+                    terms.update(gan.discriminator_step(x, x_hat.detach().float(), self.step))
+            self.step += 1
+            self.logger.step(self.step, {"loss": loss, "recon": recon, **out.losses, **terms,
+                                         "perplexity": out.perplexity})
             b = x.shape[0]
             seen += b
             with torch.no_grad():
@@ -331,45 +337,43 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
                 for name in terms:
                     seen_by[name] += b
                 sums["perplexity"] += out.perplexity * b
-            if progress and time.perf_counter() - shown_at >= refresh:
+            if self.progress and time.perf_counter() - shown_at >= self.refresh:
                 shown_at = time.perf_counter()
-                bar.set_postfix(step=step, loss=f"{float(sums['loss']) / seen:.5f}", ppl=f"{float(out.perplexity):.1f}",
-                                img_s=f"{seen * world / (shown_at - t0):.0f}", refresh=False)
-            if opt.max_steps is not None and step >= opt.max_steps:
+                bar.set_postfix(step=self.step, loss=f"{float(sums['loss']) / seen:.5f}",
+                                ppl=f"{float(out.perplexity):.1f}", img_s=f"{seen * world / (shown_at - t0):.0f}",
+                                refresh=False)
+            if opt.max_steps is not None and self.step >= opt.max_steps:
                 break
         bar.close()
-        train_seconds = time.perf_counter() - t0
+        partial = opt.max_steps is not None and self.step >= opt.max_steps and i + 1 < len(batches)
+        return sums, seen_by, seen, time.perf_counter() - t0, partial
 
-        # ---- end of epoch: validate, schedule, save ----------------------------------------------------
-        counts = torch.tensor([float(seen), *map(float, seen_by.values())], dtype=torch.float64, device=device)
+    def _epoch_metrics(self, epoch: int, sums: dict, seen_by: dict, seen: int, seconds: float,
+                       partial: bool) -> dict:
+        """The epoch's line of metrics.jsonl: the training terms averaged over every rank's images, validation."""
+        counts = torch.tensor([float(seen), *map(float, seen_by.values())], dtype=torch.float64, device=self.device)
         totals = torch.cat([counts, torch.stack(list(sums.values()))])
         distributed.all_reduce_sum(totals)
         n = dict(zip(seen_by, totals[1:len(counts)]))
-        metrics = {"epoch": epoch + 1, "step": step}
+        metrics = {"epoch": epoch + 1, "step": self.step}
         metrics.update({f"train/{k}": float(v / n.get(k, totals[0])) for k, v in zip(sums, totals[len(counts):])})
-        metrics.update(validate(model, val_loader, device, autocast))
-        metrics.update({"lr": optimizer.param_groups[0]["lr"], "seconds": train_seconds,
-                        "images_per_second": float(totals[0]) / max(train_seconds, 1e-9)})
-        if opt.max_steps is not None and step >= opt.max_steps and i + 1 < len(batches):
+        metrics.update(validate(self.model, self.val_loader, self.device, self.autocast))
+        metrics.update({"lr": self.optimizer.param_groups[0]["lr"], "seconds": seconds,
+                        "images_per_second": float(totals[0]) / max(seconds, 1e-9)})
+        if partial:
             metrics["partial_epoch"] = True
-        if gan is None:
-            scheduler.step(metrics["val/mse"])
-        last = metrics
-        completed = epoch + 1
-        if main:
-            if metrics["val/mse"] < best:
-                best = metrics["val/mse"]
-                model.save_pretrained(run_dir)
-            folder.append_metrics(run_dir, metrics)
-            logger.epoch(step, metrics)
-            checkpoint.save_state(run_dir / folder.STATE, model=model.state_dict(), optimizer=optimizer.state_dict(),
-                                  scheduler=scheduler.state_dict(), epoch=epoch + 1, step=step,
-                                  best_val_mse=best, config=cfg.to_dict(),
-                                  **({"gan": gan.state_dict()} if gan is not None else {}))
-            print(f"epoch {epoch + 1}: " + ", ".join(f"{k} {v:.5g}" for k, v in metrics.items()
-                                                     if isinstance(v, float) and not k.startswith("train/")),
-                  flush=True)
-        else:
-            best = min(best, metrics["val/mse"])
-    return TrainResult(run_dir, completed, step, best, last)
+        return metrics
 
+    def _save(self, metrics: dict) -> None:
+        """Rank 0: the best weights, the metrics line, the logger's epoch, then the resumable state (atomic)."""
+        if metrics["val/mse"] < self.best:
+            self.best = metrics["val/mse"]
+            self.model.save_pretrained(self.run_dir)
+        folder.append_metrics(self.run_dir, metrics)
+        self.logger.epoch(self.step, metrics)
+        checkpoint.save_state(self.run_dir / folder.STATE, model=self.model.state_dict(),
+                              optimizer=self.optimizer.state_dict(), scheduler=self.scheduler.state_dict(),
+                              epoch=self.epoch, step=self.step, best_val_mse=self.best, config=self.cfg.to_dict(),
+                              **({"gan": self.gan.state_dict()} if self.gan is not None else {}))
+        print(f"epoch {self.epoch}: " + ", ".join(f"{k} {v:.5g}" for k, v in metrics.items()
+                                                 if isinstance(v, float) and not k.startswith("train/")), flush=True)
