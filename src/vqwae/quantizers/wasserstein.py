@@ -45,6 +45,7 @@ from vqwae.ot import build_solver
 from vqwae.ot.semidiscrete import CHUNK_ENTRIES, default_potential_lr
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, _choice, fp32
 from vqwae.quantizers.transport_codebook import TransportCodebook
+from vqwae.quantizers.upgrade import upgrade_wasserstein_state_dict
 
 SOLVERS = tuple(SOLVER_CLASSES)
 PI_INITS = ("uniform", "peaked", "gaussian")
@@ -221,7 +222,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         return self.embedding
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
-        _upgrade_state_dict(state_dict, prefix, self.config)
+        upgrade_wasserstein_state_dict(state_dict, prefix, self.config)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
 
     def log_pi(self) -> torch.Tensor:
@@ -387,30 +388,3 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
             if cfg.learn_pi and self.kl_weight:
                 losses["kl"] = self.kl_weight * self.kl_to_uniform()
         return self._output(z, flat_q, indices, losses, mask)
-
-
-# State-dict keys of layout 1 (before the solvers were modules) -> layout 2, for each solver; keys of another
-# solver's state, which layout 1 kept on every quantizer, are dropped.
-_LAYOUT_1 = {
-    "semidiscrete": {"code_potential": "solver.potential", "potential_scale": "solver.scale"},
-    "sinkhorn": {"code_potential": "solver.potential", "potential_scale": None},
-    "exact": {"code_potential": None, "potential_scale": None},
-    "dual": {"code_potential": None, "potential_scale": None, "potential.": "solver.phi."},
-}
-
-
-def _upgrade_state_dict(state_dict: dict, prefix: str, config: WassersteinConfig) -> None:
-    """Bring, in place, an older quantizer state dict up to date (no-op for a current one): rename layout 1's
-    solver entries to layout 2's, and give a data-drawn codebook saved before ``codes_drawn`` existed its count
-    (K once ``codebook_initialized`` was set, else 0)."""
-    if config.codebook_update == "transport" and prefix + "transport_mass" in state_dict:
-        state_dict.setdefault(prefix + "transport_steps", torch.zeros((), dtype=torch.long))  # saved before split_dead
-    drawn, done = prefix + "codes_drawn", prefix + "codebook_initialized"
-    if config.codebook_init == "data" and drawn not in state_dict and done in state_dict:
-        state_dict[drawn] = torch.tensor(config.num_codes if bool(state_dict[done]) else 0)
-    for old, new in _LAYOUT_1[config.solver].items():
-        for key in [k for k in state_dict if k.startswith(prefix + old)]:
-            if old.endswith(".") or key == prefix + old:
-                value = state_dict.pop(key)
-                if new is not None:
-                    state_dict[prefix + new + key[len(prefix + old):]] = value
