@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vqwae.files import atomic_write_bytes
 from vqwae.distributed import resolve_device
 from vqwae.figures import side_by_side_usage, usage_histogram
 from vqwae.metrics.fid import load_inception
@@ -228,7 +229,7 @@ def tsne(datasets, results, b: Budget, out: Path, device="auto", **_) -> Section
                                   device=resolve_device(device), progress=False))
                 layout.update_eval(r["run_dir"], {"tsne_budget": b.name})
             png = out / "figures" / f"tsne_{d}_{m}.png"
-            png.write_bytes(own.read_bytes())
+            atomic_write_bytes(png, own.read_bytes())
             sil[m] = r.get("tsne_silhouette")
             rows.append([d, NAMES[m], fmt(sil[m])])
             figures.append(png)
@@ -304,7 +305,7 @@ def ffhq_rows(datasets, results, b: Budget, out: Path, ffhq=(None, ""), **_) -> 
             grid = layout.reconstructions_png(results[specs[m]]["run_dir"], "test")
             if grid.exists():
                 copy = out / "figures" / f"ffhq_reconstructions_{data}_{m}.png"
-                copy.write_bytes(grid.read_bytes())
+                atomic_write_bytes(copy, grid.read_bytes())
                 figures.append(copy)
         net = ", ".join(f"{k} {v}" for k, v in sorted(dict(specs["vqwae"].settings).items()) if k != "preset")
         notes.append(f"Configuration: the `ffhq` preset (the paper's VQGAN network and losses, K 1024 x D 256 at "
