@@ -1,8 +1,10 @@
-"""Atomic file writes: the one way vqwae writes a file that must never be seen half-written.
+"""File writes: the one way vqwae writes a file that must never be seen half-written.
 
 The content goes to a temporary file in the same folder, is flushed to disk, and is renamed over the target
 (``os.replace`` is atomic on POSIX and Windows). A crash at any moment (kill -9 included) leaves either the old
-file or the new one, never a mix; the temporary file is removed when the write fails.
+file or the new one, never a mix; the temporary file is removed when the write fails. A log of lines (a JSON
+Lines file) grows by :func:`append_line` instead: one write per line, synced, so a crash can cut only the last
+line short, which its readers skip.
 """
 from __future__ import annotations
 
@@ -48,3 +50,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append ``line`` and a newline to a log file in one write, synced to disk."""
+    with open(path, "a") as f:
+        f.write(line + "\n")
+        f.flush()
+        os.fsync(f.fileno())

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vqwae.files import atomic_torch_save, atomic_write_text
+from vqwae.files import append_line, atomic_torch_save, atomic_write_text
 from vqwae.models.pretrained import weights_fingerprint  # noqa: F401  (re-exported: vqwae.prior's API)
 from vqwae.progress import progress_bar
 from vqwae.prior.pixelcnn import WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
@@ -213,8 +213,7 @@ def train_prior(
         row = {"epoch": epoch, "steps": steps, "train_bpc": train_bpc, "val_bpc": val_bpc,
                "seconds": time.time() - t0, "lr": lr}
         history.append(row)
-        with open(metrics_path, "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        append_line(metrics_path, json.dumps(row))
         if on_epoch is not None:
             on_epoch(row)
         score = val_bpc if val_bpc is not None else train_bpc

@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 
 from vqwae.figures import read_metrics_jsonl
-from vqwae.files import atomic_write_text
+from vqwae.files import append_line, atomic_write_text
 from vqwae.models import VQAutoencoder
 from vqwae.models.pretrained import WEIGHTS_NAME, weights_fingerprint
 
@@ -146,8 +146,7 @@ def read_metrics(run_dir: PathLike) -> list[dict]:
 
 
 def append_metrics(run_dir: PathLike, row: dict) -> None:
-    with open(Path(run_dir) / METRICS, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    append_line(Path(run_dir) / METRICS, json.dumps(row))
 
 
 def truncate_metrics(run_dir: PathLike, epochs_done: int) -> None:
