@@ -4,7 +4,7 @@
 position, options as given), an MLP decoder; encoder, decoder and quantizer learn together for 1,500 steps of
 256 samples with Adam 3e-3 and the MSE. Then, on 10,000 fresh samples: the usage of the nearest code (what the
 decoder receives) against pi: Pearson correlation and total variation for a fixed peaked and a fixed gaussian
-pi, and the perplexity of the usage for a learned pi that starts uniform. Seconds per run on one CPU core.
+pi (and, for comparison, the correlation of the trained transport map's cells with pi), and the perplexity of the usage for a learned pi that starts uniform. Seconds per run on one CPU core.
 
     .venv/bin/python benchmarks/controllability_toy.py                                 # the shipped defaults
     .venv/bin/python benchmarks/controllability_toy.py --set follow_scale=false        # one option changed
@@ -61,14 +61,20 @@ def run(pi_form: str, seed: int, steps: int, options: dict) -> dict:
     q.eval()
     with torch.no_grad():
         x = mixture(10_000, gen)
-        idx = q(enc(x)[:, None]).indices.reshape(-1)
+        z = enc(x)[:, None]
+        idx = q(z).indices.reshape(-1)
         mse = float(nn.functional.mse_loss(dec(q.indices_to_latents(idx[:, None])[:, 0]), x))
+        # the trained transport map's cells (semidiscrete: the power diagram of its potential), for comparison
+        cells = q.solver.search(z, q.embedding)[1][0].reshape(-1) if q.config.solver == "semidiscrete" else None
     usage = torch.bincount(idx, minlength=K).double() / len(idx)
     pi = q.pi[0].double()
     row = dict(tv=float(0.5 * (usage - pi).abs().sum()), mse=mse,
                perplexity=float(torch.exp(-(usage * usage.clamp_min(1e-30).log()).sum())))
     if fixed:
         row["corr"] = float(torch.corrcoef(torch.stack([usage, pi]))[0, 1])
+        if cells is not None:
+            mass = torch.bincount(cells, minlength=K).double() / len(cells)
+            row["corr_transport_map"] = float(torch.corrcoef(torch.stack([mass, pi]))[0, 1])
     return row
 
 
@@ -87,8 +93,11 @@ def main():
     for form in ("peaked", "gaussian", "uniform (learned)"):
         rows = [run(form, s, args.steps, options) for s in seeds]
         results[form] = rows
-        for key in (("corr", "tv", "mse") if form != "uniform (learned)" else ("perplexity", "tv", "mse")):
-            values = [r[key] for r in rows]
+        for key in (("corr", "corr_transport_map", "tv", "mse") if form != "uniform (learned)"
+                    else ("perplexity", "tv", "mse")):
+            values = [r[key] for r in rows if key in r]
+            if not values:
+                continue
             print(f"| {form} | {key} | {statistics.mean(values):.3f} | {' / '.join(f'{v:.3f}' for v in values)} |",
                   flush=True)
     out = HERE / "results" / ("controllability_toy" + (f"_{args.tag}" if args.tag else "") + ".json")
