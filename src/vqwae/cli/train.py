@@ -27,7 +27,7 @@ def train_command(
                              help="Run folder (RUN_DIR): config, weights, metrics, resumable state."),
     config: Path | None = typer.Option(None, "--config", help="YAML or JSON file of options (flat names or "
                                           "nested sections); flags override it."),
-    preset: str | None = typer.Option(None, help="Named settings: 'paper' (the authors' exact configuration), 'paper-fast' (the same with the semidiscrete solver and a data start), 'default' (the shipped defaults), 'ffhq' (the paper's VQGAN row)."),
+    preset: str | None = typer.Option(None, help="Named settings: 'paper' (the authors' exact configuration), 'paper-fast' (the same with the semidiscrete solver and a data start), 'default' (the shipped defaults), 'ffhq' (the paper's VQGAN row), 'field-vq' (VQ-VAE as the field trains it: EMA, k-means start, dead-code expiry)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last completed epoch."),
     **options,
 ) -> None:

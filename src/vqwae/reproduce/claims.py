@@ -7,7 +7,8 @@ import numpy as np
 from vqwae.reproduce.grid import BASELINES
 from vqwae.reproduce.report import Claim, fmt
 
-NAMES = {"vqvae": "VQ-VAE", "sqvae": "SQ-VAE", "vqwae-paper": "VQ-WAE (paper)", "vqwae": "VQ-WAE (shipped)"}
+NAMES = {"vqvae": "VQ-VAE", "sqvae": "SQ-VAE", "vqvae-field": "VQ (k-means + expiry)", "vqwae-paper": "VQ-WAE (paper)",
+         "vqwae": "VQ-WAE (shipped)"}
 
 
 # ---- one run's noise -------------------------------------------------------------------------------------

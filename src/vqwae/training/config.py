@@ -59,6 +59,10 @@ PRESETS: dict[str, dict] = {
     "paper-fast": dict(_PAPER, solver="semidiscrete", codebook_init="data"),
     # What vqwae ships: every option at its default (named so a run can record that it used exactly them).
     "default": {},
+    # The field's VQ-VAE (SoundStream, EnCodec, vector-quantize-pytorch's VectorQuantize(kmeans_init=True,
+    # threshold_ema_dead_code=2)): EMA codebook, k-means start, dead-code expiry; BENCHMARKS.md 13e checks it
+    # against vector-quantize-pytorch.
+    "field-vq": dict(model="vqvae", ema=True, vq_init="kmeans", dead_code_threshold=2.0),
     # The paper's FFHQ row (Table 1): VQGAN's network and losses (taming's faces configuration: f = 16,
     # attention at 16x16, disc_start 30001, disc_weight 0.8), K 1024 x D 256 on 256x256 images, batch 32 and 100
     # epochs (App. D), beta 0.25 and lambda 1e-3, lambda_r 1 (Sec. 5). The learning rate is taming's
