@@ -4,6 +4,12 @@
 # the GPU machine, with the wheels of .whl (vector-quantize-pytorch 1.32.0 and its needs, POT) and the image packs
 # of .gpudata (benchmarks/device_pack.py) carried beside the working tree:
 #
+# The wheels, here (Python 3.12 on the GPU machine): for each of vector-quantize-pytorch==1.32.0 einx==0.4.3
+# torch-einops-utils==0.2.0 loguru==0.7.3 frozendict==2.5.1 POT==0.9.5 (POT 0.9.5's wheel is 0.9 MB, 0.9.7's 33 MB):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl NAME
+# and the packs: .venv/bin/python benchmarks/device_pack.py --dataset mnist --out .gpudata/mnist.pt (cifar10 alike).
+#
 #   OUT=/tmp/out bash benchmarks/device_run.sh               # results in $OUT
 #   DEVICE=cpu STEPS=20 EVAL=10 DEADLINE=120 P=2 OUT=/tmp/out bash benchmarks/device_run.sh   # a dry run here
 set -u
