@@ -353,7 +353,8 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
     if levels:
         row["codebook_rms"] = float(levels[0].embedding.pow(2).mean().sqrt())
         gen = torch.Generator().manual_seed(seed)
-        level, real = copy.deepcopy(levels[0]).cpu(), real.cpu()  # POT and the histograms run on the CPU
+        level = levels[0] if real.device.type == "cpu" else copy.deepcopy(levels[0]).cpu()  # POT runs on the CPU
+        real = real.cpu()
         diag = transport_diagnostics(level, real.reshape(-1, real.shape[-1]) if real.dim() == 2 else real,
                                      generator=gen)
         row.update(diag)

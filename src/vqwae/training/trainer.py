@@ -192,7 +192,7 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
     folder.check_can_train(run_dir, resume)
     run_dir.mkdir(parents=True, exist_ok=True)
     training = _Training(cfg, run_dir, device, dist_info, resume=resume)
-    training.start(scope, resume=resume, progress=progress)
+    training.start(scope, progress=progress)
     for epoch in range(training.epoch, cfg.optim.epochs):
         if cfg.optim.max_steps is not None and training.step >= cfg.optim.max_steps:
             break
@@ -221,7 +221,7 @@ class _Training:
     configuration and opens the logger; ``run_epoch`` trains one epoch, then validates, schedules and saves."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, device: torch.device, dist_info, *, resume: bool):
-        self.cfg, self.run_dir, self.device, self.dist = cfg, run_dir, device, dist_info
+        self.cfg, self.run_dir, self.device, self.dist, self.resume = cfg, run_dir, device, dist_info, resume
         opt, run = cfg.optim, cfg.run
         self.splits, self.val_loader = _load_training_data(cfg, dist_info.rank, dist_info.world_size)
         info = self.splits.info
@@ -255,11 +255,11 @@ class _Training:
         self.epoch, self.step, self.best = state["epoch"], state["step"], state["best_val_mse"]
         checkpoint.set_rng_state(state["rng"])
 
-    def start(self, scope: contextlib.ExitStack, *, resume: bool, progress: bool | None) -> None:
+    def start(self, scope: contextlib.ExitStack, *, progress: bool | None) -> None:
         main = self.dist.is_main
         if main:  # only once the data, the model and any saved state have loaded: a failed start changes nothing
             folder.write_config(self.run_dir, self.cfg)
-        if resume and main:
+        if self.resume and main:
             # Lines of epochs after the saved state (or every line, when killed before the first state was
             # written) are written again by this run.
             folder.truncate_metrics(self.run_dir, self.epoch)
