@@ -124,7 +124,7 @@ def test_plan_lists_the_runs_and_where_they_stand(smoke, tmp_path):
 
 
 def test_a_record_without_what_the_report_needs_is_trained_again(tmp_path):
-    from vqwae.reproduce.runner import ensure_run, run_dir_for
+    from vqwae.reproduce.runner import ensure_run, run_dir_for, run_status
     from vqwae.runs import layout
 
     smoke, records = BUDGETS["smoke"], tmp_path / "records"
@@ -135,6 +135,8 @@ def test_a_record_without_what_the_report_needs_is_trained_again(tmp_path):
     assert run_records.restore(records, tmp_path / "b") == 1
     run_dir = run_dir_for(tmp_path / "b", spec, spec.config_values(smoke, None))
     assert not layout.has_weights(run_dir)
+    # the plan says which: used as it is, or trained again for an evaluation its record lacks
+    assert [run_status(tmp_path / "b", spec, smoke, None, level=lv) for lv in ("usage", "fid")] == ["done", "again"]
     again = ensure_run(tmp_path / "b", spec, smoke, None, level="usage", device="cpu")  # enough: used as it is
     assert again["mse"] == first["mse"] and not layout.has_weights(run_dir)
     ensure_run(tmp_path / "b", spec, smoke, None, level="usage", downstream=("probe_budget",), device="cpu")
@@ -208,3 +210,18 @@ def test_a_claim_decided_by_less_than_one_runs_noise_is_marked_within_noise():
         clear, coin, claim_best("lowest MSE", {"vqwae": None, "vqvae": 1.0}, "vqwae", lower=True)])],
         {"": "config"})
     assert "config 1 / 2 (1 within noise)" in summary.notes[0]  # a coin toss does not count as holding
+
+
+def test_the_shipped_row_is_also_checked_against_the_fields_vq_alone():
+    from vqwae.reproduce.claims import FIELD_COLUMN, vqwae_best
+    from vqwae.reproduce.report import Section, claims_summary
+
+    # SQ-VAE beats the shipped VQ-WAE, the field's VQ does not: the first verdict fails, the field column holds
+    mse = {"vqvae": 0.02, "sqvae": 0.004, "vqvae-field": 0.009, "vqwae-paper": 0.006, "vqwae": 0.005}
+    shipped = vqwae_best("lowest MSE", mse, "vqwae", lower=True)
+    assert [(c.config, c.holds) for c in shipped] == [("shipped", False), (FIELD_COLUMN, True)]
+    assert "SQ-VAE" not in shipped[1].line  # the field's verdict names only the two it compares
+    assert [c.config for c in vqwae_best("lowest MSE", mse, "vqwae-paper", lower=True)] == ["paper"]
+    summary = claims_summary([Section("S", "", [], [], claims=shipped)],
+                             {"shipped": "shipped", FIELD_COLUMN: "against the field"})
+    assert summary.rows == [["S: lowest MSE", "DOES NOT HOLD", "holds"]]

@@ -22,6 +22,7 @@ from vqwae.reproduce import records as run_records
 from vqwae.reproduce.grid import (BUDGETS, DOWNSTREAM_KEYS, EVAL_LEVELS, EXPERIMENTS, FFHQ_MODELS, FFHQ_STAND_IN,
                                   PAPER_DATASETS,
                                   Budget, RunSpec, eval_level, ffhq_spec, runs_for)
+from vqwae.reproduce.claims import FIELD_COLUMN
 from vqwae.reproduce.report import Section, claims_summary, write_report
 from vqwae.reproduce.sections import ANALYSES
 from vqwae.reproduce.runner import ensure_runs, run_status
@@ -102,7 +103,8 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
         _training_note(results, jobs, threads, restored, records),
     ]
     sections.insert(0, claims_summary(sections, {"paper": "VQ-WAE as published (`paper`)",
-                                                 "shipped": "VQ-WAE as shipped (defaults)"}))
+                                                 "shipped": "VQ-WAE as shipped (defaults)",
+                                                 FIELD_COLUMN: "shipped, against the field's VQ alone"}))
     md, _ = write_report(out, "VQ-WAE reproduction report", preamble, sections)
     # each run's results; trained_now describes this invocation, not the run
     runs = {s.label: {k: v for k, v in r.items() if k != "trained_now"} for s, r in results.items()}
@@ -114,8 +116,9 @@ def _print_plan(serves: dict, levels: dict, b: Budget, out: Path, data_root: str
     status = {s: run_status(out, s, b, data_root, records, levels[s]) for s in serves}
     for s, es in serves.items():
         print(f"{status[s]:8}{levels[s]:6}{s.label}  <- {', '.join(es)}")
-    counts = {k: sum(v == k for v in status.values()) for k in ("done", "trained", "record", "partial", "to do")}
-    steps = b.max_steps or "-"
+    counts = {k: sum(v == k for v in status.values()) for k in ("done", "trained", "again", "record", "partial", "to do")}
+    steps = sorted({s.config_values(b, data_root).get("max_steps") or 0 for s in serves})  # the FFHQ rows set their own
+    steps = " or ".join(str(n or "-") for n in steps)
     print(f"{len(serves)} runs of {steps} steps at the `{b.name}` budget: "
           + ", ".join(f"{n} {k}" for k, n in counts.items() if n)
           + "; evaluations: " + ", ".join(f"{sum(v == lv for v in levels.values())} {lv}" for lv in EVAL_LEVELS))

@@ -106,13 +106,16 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
 def run_status(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, records: Path | None = None,
                level: str = "full") -> str:
     """Where a run stands: "done" (trained in OUT and evaluated at ``level``), "trained" (its evaluation still to
-    do), "record" (a record to restore), "partial" (resumable) or "to do"."""
+    do), "again" (finished, but its record has no weights for the evaluation it lacks: trained again), "record" (a
+    record to restore), "partial" (resumable) or "to do"."""
     values = spec.config_values(budget, data_root)
     run_dir = run_dir_for(out, spec, values)
     if records is not None and not run_dir.exists() and (Path(records) / run_dir.parent.name / run_dir.name).is_dir():
         return "record"
     if trained(layout.read_metrics(run_dir), values["epochs"], values.get("max_steps")):
-        return "done" if _covers(layout.read_eval(run_dir).get("eval_signature"), budget, level) else "trained"
+        if _covers(layout.read_eval(run_dir).get("eval_signature"), budget, level):
+            return "done"
+        return "trained" if layout.has_weights(run_dir) else "again"
     return "partial" if (run_dir / layout.STATE).exists() else "to do"
 
 
