@@ -73,10 +73,11 @@ BUDGETS = {
 # What an experiment reads from its runs' evaluations, cheapest first: "usage" (MSE, perplexity, the usage
 # histogram), "fid" (and rFID), "full" (and PSNR / SSIM / LPIPS at the budget's resolution: the reconstruction
 # table). Unless the budget evaluates everything, a run gets the most any of its experiments needs: on a CPU core
-# rFID on 1,000 images costs about 4.5 minutes and SSIM + LPIPS at 256x256 another 4, against 5-6 to train.
+# rFID on 1,000 images costs about 4.5 minutes and SSIM + LPIPS at 256x256 another 4, against 5-6 to train. The
+# codebook-size table shows rFID at every K, as the paper's does (issue #35).
 EVAL_LEVELS = ("usage", "fid", "full")
 EVAL_NEEDS = {"recon": "full", "probe": "full", "generation": "full", "tsne": "full", "ffhq": "full",
-              "pi-init": "fid", "lambda": "fid", "codebook-size": "usage", "controllability": "usage"}
+              "pi-init": "fid", "lambda": "fid", "codebook-size": "fid", "controllability": "usage"}
 # What the report sections add to a run's eval.json after training: {experiment: the key that says it was done at the
 # budget}. A run restored from a record (no weights) that lacks one is trained again.
 DOWNSTREAM_KEYS = {"probe": "probe_budget", "generation": "generation_budget", "tsne": "tsne_budget"}
