@@ -22,7 +22,7 @@ from vqwae.reproduce import records as run_records
 from vqwae.reproduce.grid import (BUDGETS, DOWNSTREAM_KEYS, EVAL_LEVELS, EXPERIMENTS, FFHQ_MODELS, FFHQ_STAND_IN,
                                   PAPER_DATASETS,
                                   Budget, RunSpec, eval_level, ffhq_spec, runs_for)
-from vqwae.reproduce.claims import FIELD_COLUMN
+from vqwae.reproduce.claims import SUMMARY_COLUMNS
 from vqwae.reproduce.report import Section, claims_summary, write_report
 from vqwae.reproduce.sections import ANALYSES
 from vqwae.reproduce.runner import ensure_runs, run_status
@@ -102,9 +102,7 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
         f"Command: `{command or ' '.join(sys.argv)}`",
         _training_note(results, jobs, threads, restored, records),
     ]
-    sections.insert(0, claims_summary(sections, {"paper": "VQ-WAE as published (`paper`)",
-                                                 "shipped": "VQ-WAE as shipped (defaults)",
-                                                 FIELD_COLUMN: "shipped, against the field's VQ alone"}))
+    sections.insert(0, claims_summary(sections, SUMMARY_COLUMNS))
     md, _ = write_report(out, "VQ-WAE reproduction report", preamble, sections)
     # each run's results; trained_now describes this invocation, not the run
     runs = {s.label: {k: v for k, v in r.items() if k != "trained_now"} for s, r in results.items()}

@@ -57,6 +57,13 @@ def _covers(stored: dict | None, budget: Budget, level: str) -> bool:
             and stored == eval_signature(budget, stored["level"]))
 
 
+def _lacks(result: dict, budget: Budget, level: str, downstream: tuple[str, ...] = ()) -> list[str]:
+    """What a run's eval.json ``result`` lacks for an evaluation at ``level`` and the ``downstream`` keys (empty:
+    nothing); without the run's weights, a run that lacks anything is trained again."""
+    lacks = [] if _covers(result.get("eval_signature"), budget, level) else [f"a {level} evaluation"]
+    return lacks + [k for k in downstream if result.get(k) != budget.name]
+
+
 def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, device: str = "auto",
                threads: int | None = None, inception_weights: str | None = None, lpips_weights: str | None = None,
                level: str = "full", downstream: tuple[str, ...] = (), records: Path | None = None,
@@ -77,9 +84,7 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     history = layout.read_metrics(run_dir)
     result = layout.read_eval(run_dir)
     if trained(history, opt.epochs, opt.max_steps) and not layout.has_weights(run_dir):  # restored from a record
-        lacks = [k for k in downstream if result.get(k) != budget.name]
-        if not _covers(result.get("eval_signature"), budget, level):
-            lacks.insert(0, f"a {level} evaluation")
+        lacks = _lacks(result, budget, level, downstream)
         if lacks:
             print(f"[reproduce] {position}{spec.label}: its record has no weights and lacks {', '.join(lacks)}; "
                   "training it again", flush=True)
@@ -113,7 +118,7 @@ def run_status(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     if records is not None and not run_dir.exists() and (Path(records) / run_dir.parent.name / run_dir.name).is_dir():
         return "record"
     if trained(layout.read_metrics(run_dir), values["epochs"], values.get("max_steps")):
-        if _covers(layout.read_eval(run_dir).get("eval_signature"), budget, level):
+        if not _lacks(layout.read_eval(run_dir), budget, level):
             return "done"
         return "trained" if layout.has_weights(run_dir) else "again"
     return "partial" if (run_dir / layout.STATE).exists() else "to do"
