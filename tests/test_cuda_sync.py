@@ -12,6 +12,7 @@ from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuan
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the sync debugger)")
 
 D, N = 16, 64  # latent width; latents per image (8 x 8 positions)
+MASKED = "wasserstein, padded sequences under a mask"  # the only case whose step passes a mask
 
 CASES = {
     "wasserstein, shared pi, K=512 (the default)": lambda: WassersteinQuantizer(num_codes=512, dim=D, channel_last=True),
@@ -29,6 +30,7 @@ CASES = {
     "vector, plain": lambda: VectorQuantizer(num_codes=512, dim=D, channel_last=True),
     "residual, 4 x wasserstein": lambda: ResidualQuantizer(
         lambda: WassersteinQuantizer(num_codes=256, dim=D, channel_last=True), 4),
+    MASKED: lambda: WassersteinQuantizer(num_codes=512, dim=D, channel_last=True),
 }
 
 
@@ -43,7 +45,9 @@ def test_training_step_never_syncs_with_the_host(name):
 
     def step():
         x = torch.randn(32, N, 8, device=dev)
-        out = q(enc(x))
+        # a mask of random lengths (at least one row of padding only): the padding is weighted 0, not indexed out
+        mask = torch.arange(N, device=dev) < torch.randint(0, N, (32, 1), device=dev) if name == MASKED else None
+        out = q(enc(x), mask)
         loss = nn.functional.mse_loss(dec(out.quantized), x) + out.loss
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -5,6 +5,7 @@ import numpy as np
 import ot
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from vqwae.ot import nearest_code, squared_distances
 from vqwae.ot.semidiscrete import ascend_potential, assign, fit_potential, semi_dual_value
@@ -129,6 +130,48 @@ class _NoHostSync:
     def __exit__(self, *exc):
         for n, f in self.saved.items():
             setattr(torch.Tensor, n, f)
+
+
+class _NoDataDependentShapes(TorchDispatchMode):
+    """Make every operator whose output size depends on tensor values raise: a boolean mask's indexing (``x[keep]``,
+    ``x[keep] = y``), ``nonzero``, ``masked_select``, ``unique``, and any scalar read (``item``). On CUDA each of them
+    waits for the device to tell the host a size; on the CPU they run without a wait, so ``_NoHostSync`` cannot see
+    them, but this mode sees every operator the step dispatches."""
+
+    forbidden = {"aten::nonzero", "aten::masked_select", "aten::_local_scalar_dense", "aten::_unique2",
+                 "aten::unique_dim", "aten::unique_consecutive", "aten::bincount"}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        indexes = name in ("aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_")
+        if name in self.forbidden or (indexes and any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()) or ())):
+            raise AssertionError(f"{name} has a data-dependent size: a host synchronisation on CUDA")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("update", ["transport", "gradient"])
+def test_a_masked_training_step_has_no_data_dependent_size(update, monkeypatch):
+    """Padding under a mask is weighted 0 in the semidiscrete solver, not removed: the step (forward, loss,
+    backward) keeps every size known on the host, a batch of padding only included."""
+    monkeypatch.setattr(WassersteinQuantizer, "check_finite", staticmethod(lambda z: None))  # a CPU-only read
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, codebook_update=update).train()
+    q(torch.randn(4, 10, 8))  # the data start (reads the host once)
+    for mask in (torch.rand(4, 10) > 0.3, torch.zeros(4, 10, dtype=torch.bool)):
+        z = torch.randn(4, 10, 8, requires_grad=True)
+        with _NoDataDependentShapes():
+            out = q(z, mask)
+            out.loss.backward()
+        assert z.grad is not None and torch.isfinite(z.grad).all()
+
+
+def test_the_data_dependent_size_check_sees_a_masks_indexing():
+    x, keep = torch.randn(5, 3), torch.tensor([True, False, True, True, False])
+    with pytest.raises(AssertionError, match="data-dependent"), _NoDataDependentShapes():
+        x[keep]
+    with pytest.raises(AssertionError, match="data-dependent"), _NoDataDependentShapes():
+        x[keep] = 0.0
 
 
 @pytest.mark.parametrize("update,pi_floor", [("transport", 0.0), ("gradient", 0.0), ("transport", 0.5)])

@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from vqwae.ot.cost import chunk_rows
 from vqwae.ot.histogram import code_histogram
-from vqwae.ot.transport import Solver, Transport, latents_by_group
+from vqwae.ot.transport import Solver, Transport, keep_by_group, latents_by_group
 
 # Largest number of (latent, code) entries materialised at once (64 MiB of float32), whatever K and N.
 CHUNK_ENTRIES = 1 << 24
@@ -56,6 +56,7 @@ def assign(
     codebook: torch.Tensor,
     potential: torch.Tensor | None,
     chunk_entries: int = CHUNK_ENTRIES,
+    keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """Nearest codes and power-diagram (semi-discrete OT) assignments from ONE distance computation.
 
@@ -64,11 +65,12 @@ def assign(
         codebook: (K, D).
         potential: (G, K) code potentials g, or None to skip the OT assignment.
         chunk_entries: at most this many (latent, code) distances exist at once (whole batch rows per chunk).
+        keep: (B, G) bool, the real latents; the others are assigned too but left out of the error.
 
     Returns:
         nearest (B, G) = argmin_k ||x - c_k||^2, assigned (B, G) = argmin_k ||x - c_k||^2 - g_k (None without
-        a potential), and the mean squared distance of each latent to its nearest code (a 0-dim tensor: the
-        batch's quantization error, the natural cost scale for the potential's steps).
+        a potential), and the mean squared distance of each (real) latent to its nearest code (a 0-dim tensor:
+        the batch's quantization error, the natural cost scale for the potential's steps).
     """
     b, g, d = x.shape
     k = codebook.shape[0]
@@ -79,8 +81,7 @@ def assign(
         dist = torch.addmm(c2, x.reshape(-1, d), ct, alpha=-2.0).view(b, g, k)
         vals, nearest = dist.min(-1)
         assigned = dist.sub_(potential).argmin(-1) if potential is not None else None
-        quant_err = (vals.sum() + x.pow(2).sum()) / max(b * g, 1)  # 0 for no latents (a padding-only batch)
-        return nearest, assigned, quant_err.clamp_min(0.0)
+        return nearest, assigned, _mean_error(_kept_sum(vals, keep), x, keep)
     nearest = torch.empty(b, g, dtype=torch.long, device=x.device)
     assigned = torch.empty(b, g, dtype=torch.long, device=x.device) if potential is not None else None
     min_sum = x.new_zeros(())
@@ -90,32 +91,57 @@ def assign(
         dist = torch.addmm(c2, xs.reshape(-1, d), ct, alpha=-2.0).view(xs.shape[0], g, k)
         vals, idx = dist.min(-1)
         nearest[start : start + rows] = idx
-        min_sum = min_sum + vals.sum()
+        min_sum = min_sum + _kept_sum(vals, None if keep is None else keep[start : start + rows])
         if potential is not None:
             assigned[start : start + rows] = (dist.sub_(potential)).argmin(-1)
-    quant_err = (min_sum + x.pow(2).sum()) / max(b * g, 1)
-    return nearest, assigned, quant_err.clamp_min(0.0)
+    return nearest, assigned, _mean_error(min_sum, x, keep)
+
+
+def _kept_sum(vals: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """The sum of ``vals`` (B, G) over the real latents (``keep`` (B, G) bool, or None for all)."""
+    return vals.sum() if keep is None else (vals * keep.to(vals.dtype)).sum()
+
+
+def _mean_error(min_sum: torch.Tensor, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """The real latents' mean squared distance to their nearest code, from min_sum = the sum over them of
+    min_k ||c_k||^2 - 2 x.c_k; 0 for no latents (a padding-only batch)."""
+    if keep is None:
+        return ((min_sum + x.pow(2).sum()) / max(x.shape[0] * x.shape[1], 1)).clamp_min(0.0)
+    w = keep.to(x.dtype)
+    return ((min_sum + (x.pow(2).sum(-1) * w).sum()) / w.sum().clamp_min(1.0)).clamp_min(0.0)
 
 
 def semi_dual_value(
-    x: torch.Tensor, codebook: torch.Tensor, assigned: torch.Tensor, potential: torch.Tensor, log_pi: torch.Tensor
+    x: torch.Tensor, codebook: torch.Tensor, assigned: torch.Tensor, potential: torch.Tensor, log_pi: torch.Tensor,
+    keep: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """sum over groups of the batch semi-dual  mean_i (||x_i - c_{a_i}||^2 - g_{a_i}) + sum_k pi_k g_k.
 
     x (B, G, D) and the codebook (K, D) get the transport map's gradient, log_pi (G, K) gets g through pi;
-    ``assigned`` (B, G) and ``potential`` (G, K) are held fixed.
+    ``assigned`` (B, G) and ``potential`` (G, K) are held fixed. With ``keep`` (B, G) bool the mean runs over
+    each group's real latents, and a group without any contributes 0 (no estimate, no gradient to its pi).
     """
     b, g, _ = x.shape
     potential = potential.detach().clone()  # a snapshot: the caller may step g in place before the backward
     sq = (x - torch.nn.functional.embedding(assigned, codebook)).pow(2).sum(-1)  # (B, G); embedding: fast backward
     g_at = potential.gather(1, assigned.t()).t()  # (B, G): g_{a_i} of each latent's own group
-    return (sq - g_at).sum() / max(b, 1) + (log_pi.exp() * potential).sum()
+    if keep is None:
+        return (sq - g_at).sum() / max(b, 1) + (log_pi.exp() * potential).sum()
+    w = keep.to(sq.dtype)
+    count = w.sum(0)  # (G,) real latents per group
+    per_group = ((sq - g_at) * w).sum(0) / count.clamp_min(1.0) + (log_pi.exp() * potential).sum(-1) * (count > 0)
+    return per_group.sum()
 
 
-def assignment_mass(assigned: torch.Tensor, groups: int, num_codes: int, dtype=torch.float32) -> torch.Tensor:
-    """(G, K) fraction of each group's latents assigned to each code, for assignments (N, G)."""
+def assignment_mass(assigned: torch.Tensor, groups: int, num_codes: int, dtype=torch.float32,
+                    keep: torch.Tensor | None = None) -> torch.Tensor:
+    """(G, K) fraction of each group's latents assigned to each code, for assignments (N, G); with ``keep``
+    (N, G) bool, of its real latents (a group without any gets zeros)."""
     flat = assigned + torch.arange(groups, device=assigned.device) * num_codes  # group-major code ids
-    return code_histogram(flat, groups * num_codes, dtype).view(groups, num_codes) / max(assigned.shape[0], 1)
+    counts = code_histogram(flat, groups * num_codes, dtype, keep=keep).view(groups, num_codes)
+    if keep is None:
+        return counts / max(assigned.shape[0], 1)
+    return counts / keep.sum(0, keepdim=True).t().to(dtype).clamp_min(1.0)
 
 
 @torch.no_grad()
@@ -172,6 +198,7 @@ class SemiDiscreteSolver(Solver):
     """The semi-discrete semi-dual with a warm-started per-group potential g (see the module docstring)."""
 
     shares_search = True
+    weighs_latents = True
 
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False, *,
                  potential_lr: float | None = None, pooling: float = 4.0, scale_decay: float = 0.9,
@@ -189,50 +216,60 @@ class SemiDiscreteSolver(Solver):
         return self.scale * self.potential
 
     @torch.no_grad()
-    def search(self, flat: torch.Tensor, codebook: torch.Tensor):
-        """Nearest codes (B, M) and this step's transport assignment from ONE distance computation."""
+    def search(self, flat: torch.Tensor, codebook: torch.Tensor, keep: torch.Tensor | None = None):
+        """Nearest codes (B, M) and this step's transport assignment from ONE distance computation; ``keep``
+        (B, M) bool marks the real latents (every latent is quantized, the real ones set the cost scale)."""
         nearest, assigned, quant_err = assign(latents_by_group(flat.detach(), self.shared), codebook.detach(),
-                                              self.code_potential(), self.chunk_entries)
+                                              self.code_potential(), self.chunk_entries,
+                                              keep_by_group(keep, self.shared))
         return nearest.view(flat.shape[:2]), (assigned, quant_err)
 
-    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None) -> Transport:
+    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None, keep=None) -> Transport:
+        """As ``Solver.forward``; ``keep`` (B, M) bool: only the real latents enter the value, the potential's
+        step and the mass (the others are weighted 0, not removed: no host read)."""
         xg = latents_by_group(flat, self.shared)  # (N, G, D)
+        kg = keep_by_group(keep, self.shared)  # (N, G) or None
+        # latents per group: a host-known size, or without one (a mask) their count as a tensor
+        count = xg.shape[0] if kg is None else kg.sum() / kg.shape[1]
         g = self.code_potential()
         if search is None:
-            _, assigned, quant_err = assign(xg.detach(), codebook.detach(), g, self.chunk_entries)
+            _, assigned, quant_err = assign(xg.detach(), codebook.detach(), g, self.chunk_entries, kg)
         else:
             assigned, quant_err = search
         # potential_steps > 1: step g, re-assign the batch to it, step again: the plan that moves the codebook and
         # the WS value then come from a potential nearer the batch's optimum (one distance pass each).
         for _ in range(self.potential_steps - 1 if update else 0):
-            self._ascend(assignment_mass(assigned, assigned.shape[1], self.num_codes), quant_err,
-                         log_pi.detach().exp(), count=assigned.shape[0], scale=False)
+            self._ascend(assignment_mass(assigned, assigned.shape[1], self.num_codes, keep=kg), quant_err,
+                         log_pi.detach().exp(), count=count, scale=False)
             g = self.code_potential()
-            _, assigned, _ = assign(xg.detach(), codebook.detach(), g, self.chunk_entries)
-        value = semi_dual_value(xg, codebook, assigned, g, log_pi)
+            _, assigned, _ = assign(xg.detach(), codebook.detach(), g, self.chunk_entries, kg)
+        value = semi_dual_value(xg, codebook, assigned, g, log_pi, kg)
         mass = None
         if update:
-            mass = assignment_mass(assigned, assigned.shape[1], self.num_codes)  # (G, K), this rank's
-            self._ascend(mass, quant_err, log_pi.detach().exp(), count=assigned.shape[0])
-        return Transport(value=value, x=xg.detach(), assigned=assigned, mass=mass)
+            mass = assignment_mass(assigned, assigned.shape[1], self.num_codes, keep=kg)  # (G, K), this rank's
+            self._ascend(mass, quant_err, log_pi.detach().exp(), count=count)
+        return Transport(value=value, x=xg.detach(), assigned=assigned, mass=mass, keep=kg)
 
     @torch.no_grad()
-    def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor, count: int,
+    def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor, count: int | torch.Tensor,
                 scale: bool = True) -> None:
         """One stochastic ascent step on the (normalised) potential, and (``scale``) the EMA of the cost scale,
-        from this step's ``count`` latents per group. Under DDP with per-rank batches the mass and the scale are
-        averaged over ranks weighted by their latents (one small all-reduce), so a rank holding only padding takes part
-        without moving anything; a step with no latents anywhere changes nothing."""
+        from this step's ``count`` latents per group (a tensor under a mask). Under DDP with per-rank batches the
+        mass and the scale are averaged over ranks weighted by their latents (one small all-reduce), so a rank
+        holding only padding takes part without moving anything; a step with no latents anywhere changes nothing."""
         err = quant_err.detach().reshape(()).to(pi.dtype)
         g, k = mass.shape
         step: torch.Tensor | float = self.potential_lr
         live = None
         if self.per_rank_batches():
-            n = mass.new_full((1,), float(count))
+            n = torch.as_tensor(count, dtype=mass.dtype, device=mass.device).reshape(1)
             total = torch.cat([mass.reshape(-1) * n, err.reshape(1) * n, n])
             dist.all_reduce(total)
             n = total[-1].clamp_min(1.0)
             mass, err, live = (total[:-2] / n).view(g, k), total[-2] / n, total[-1] > 0
+            step = torch.where(live, step, 0.0)
+        elif isinstance(count, torch.Tensor):  # the count of a mask's real latents: no host read
+            live = count > 0
             step = torch.where(live, step, 0.0)
         elif count == 0:  # a host-known size: nothing to learn from
             return

@@ -30,6 +30,7 @@ class Transport:
     plan: torch.Tensor | None = None  # (G, N, K) for x (G, N, D); rows sum to 1/N
     assigned: torch.Tensor | None = None  # (N, G) code of each latent of x (N, G, D) under the transport map
     mass: torch.Tensor | None = None  # (G, K) with `assigned`: fraction of each group's latents sent to each code
+    keep: torch.Tensor | None = None  # (N, G) bool with `assigned`: the real latents (None: all of them)
 
 
 def positions_as_groups(flat: torch.Tensor, shared: bool) -> torch.Tensor:
@@ -42,6 +43,11 @@ def latents_by_group(flat: torch.Tensor, shared: bool) -> torch.Tensor:
     """(B, M, D) -> (N, G, D) without copying: rows of a group are its latents."""
     b, m, d = flat.shape
     return flat.reshape(b * m, 1, d) if shared else flat
+
+
+def keep_by_group(keep: torch.Tensor | None, shared: bool) -> torch.Tensor | None:
+    """A (B, M) mask of the real latents in the layout of :func:`latents_by_group`: (N, G)."""
+    return None if keep is None else keep.reshape(-1, 1) if shared else keep
 
 
 def plan_value(plan: torch.Tensor, potential: torch.Tensor, x: torch.Tensor, codebook: torch.Tensor,
@@ -58,6 +64,9 @@ class Solver(nn.Module):
 
     #: True when ``search`` gives the nearest codes and the transport assignment from one distance computation.
     shares_search = False
+    #: True when ``search`` and ``forward`` take ``keep``, a (B, M) bool mask of the real latents, and weight the
+    #: latents by it (padding gets weight 0) instead of being handed ``flat[keep]``, whose size is a host read.
+    weighs_latents = False
 
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False):
         super().__init__()

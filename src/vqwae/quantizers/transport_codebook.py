@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from vqwae.ot import Transport
+from vqwae.ot.histogram import code_histogram
 
 #: split_dead: the most pairs of cells split in one step (K / 2 below K = 512; beyond, dead codes queue a few steps).
 SPLITS_PER_STEP = 256
@@ -33,8 +34,14 @@ class TransportCodebook:
         mass (semidiscrete), or the plan (G, N, K) between t.x (G, N, D) and the codebook (rows sum to 1/N).
         """
         k, decay = self.num_codes, self.config.codebook_decay
-        live = None  # under DDP: whether any rank held a latent (a tensor)
-        if t.plan is None:
+        live = None  # under DDP or a mask: whether any real latent was seen (a tensor: no host read)
+        if t.plan is None and t.keep is not None:  # a mask: the padding is weighted 0 (indexing would read the host)
+            x = t.x.reshape(-1, self.dim)
+            w = t.keep.reshape(-1).to(x.dtype)
+            mass = code_histogram(t.assigned, k, x.dtype, keep=t.keep)  # counts per code, in real latents
+            sums = torch.zeros(k, self.dim, dtype=x.dtype, device=x.device).index_add_(
+                0, t.assigned.reshape(-1), x * w[:, None])
+        elif t.plan is None:
             x = t.x.reshape(-1, self.dim)
             mass = (t.mass.sum(0) * t.assigned.shape[0]).to(x.dtype)  # counts per code, in latents
             sums = torch.zeros(k, self.dim, dtype=x.dtype, device=x.device).index_add_(0, t.assigned.reshape(-1), x)
@@ -43,16 +50,18 @@ class TransportCodebook:
             n = plan.shape[1]  # latents per group: counts in units of latents, as the assignment's
             mass = plan.sum((0, 1)) * n
             sums = torch.einsum("gnk,gnd->kd", plan.to(x.dtype), x) * n
-        if self.solver.per_rank_batches():
-            packed = torch.cat([mass[:, None], sums], dim=1)  # one all-reduce: every rank keeps the same codebook
-            dist.all_reduce(packed)
-            mass, sums = packed[:, 0], packed[:, 1:]
-            # A rank may hold only padding; when every rank does, nothing may move (no host read).
+        if self.solver.per_rank_batches() or t.keep is not None:
+            if self.solver.per_rank_batches():
+                packed = torch.cat([mass[:, None], sums], dim=1)  # one all-reduce: every rank keeps the same codebook
+                dist.all_reduce(packed)
+                mass, sums = packed[:, 0], packed[:, 1:]
+            # A batch (or under DDP a rank) may hold only padding; when every latent is, nothing may move (no host
+            # read).
             live = mass.sum() > 0
             decay = torch.where(live, decay, 1.0)
             self.transport_mass.mul_(decay).add_(mass * (1 - decay))
             self.transport_sum.mul_(decay).add_(sums * (1 - decay))
-        else:  # a batch without latents never gets here (_padding_only)
+        else:  # a batch without latents never gets here (_padding_only, or a mask above)
             self.transport_mass.mul_(decay).add_(mass, alpha=1 - decay)
             self.transport_sum.mul_(decay).add_(sums, alpha=1 - decay)
         self.transport_steps += 1 if live is None else live.long()

@@ -267,13 +267,16 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
     def _gathered(self) -> bool:
         return self.config.global_batch and is_distributed()
 
-    def wasserstein(self, flat: torch.Tensor, search=None, per_sample: torch.Tensor | None = None) -> torch.Tensor:
+    def wasserstein(self, flat: torch.Tensor, search=None, per_sample: torch.Tensor | None = None,
+                    keep: torch.Tensor | None = None) -> torch.Tensor:
         """sum_m W(z^m, P_{c,pi^m}) for latents (B, M, D), differentiable w.r.t. latents, codebook and pi.
 
         ``search`` reuses the solver's assignment computed with the nearest-code search in ``forward``
         (semidiscrete). In training mode the solver takes its step on its own state, and with
         codebook_update="transport" the codebook moves to the plan's barycentres. With one shared pi the
-        value is scaled by the positions per sample (M, or ``per_sample`` for a masked batch given as (N, 1, D))."""
+        value is scaled by the positions per sample (M, or ``per_sample`` for a masked batch). ``keep`` (B, M)
+        bool marks the real latents, for a solver that weighs them (``solver.weighs_latents``); for the others
+        a masked batch comes as its real latents alone, (N, 1, D)."""
         self._check_positions(flat)
         if self._gathered():
             # (world * B, M, D); gradients flow back to each rank, summed over ranks by all_gather's backward.
@@ -282,7 +285,9 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         # A snapshot when the codebook is updated in place below: the backward uses the codes of the assignment.
         c = self.embedding.detach().clone() if transport_update else self.embedding
         log_pi = self.log_pi()  # (G, K)
-        transport = self.solver(flat, c, log_pi, update=self.training, want_plan=transport_update, search=search)
+        masked = {} if keep is None else {"keep": keep}
+        transport = self.solver(flat, c, log_pi, update=self.training, want_plan=transport_update, search=search,
+                                **masked)
         if transport_update:
             self._transport_update(transport)
         if self.config.num_positions is not None:
@@ -290,7 +295,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         return (float(flat.shape[1]) if per_sample is None else per_sample) * transport.value
 
     @torch.no_grad()
-    def _init_codebook_from(self, flat: torch.Tensor) -> bool:
+    def _init_codebook_from(self, flat: torch.Tensor, keep: torch.Tensor | None = None) -> bool:
         """codebook_init="data": the codewords become latents drawn from the first training batches; returns
         whether all K have been drawn. The first batch fills the codebook: K of its latents, or, when it holds
         N < K latents, all of them and K - N copies with a little noise. Each of the next batches then replaces
@@ -299,9 +304,13 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         Why not copies alone: a copy and its original share one transport cell, and the plan splits that cell
         between them only as fast as the potential learns to, which took about 2,500 steps to spread 8,192
         codes drawn from one batch of 2,048 latents (BENCHMARKS.md 8m, 8n). Rank 0's choice is broadcast
-        under DDP."""
+        under DDP. With ``keep`` (B, M) only the real latents are drawn (a batch of padding draws nothing)."""
         x = flat.detach().reshape(-1, self.dim)
+        if keep is not None:
+            x = x[keep.reshape(-1)]  # a host read, only while the codebook is being drawn
         n, k = x.shape[0], self.num_codes
+        if n == 0:
+            return False
         start = int(self.codes_drawn)  # a host read, only while the codebook is being drawn
         count = min(n, k - start)
         chosen = x[torch.randperm(n, device=x.device)[:count]]
@@ -352,6 +361,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         cfg = self.config
         flat = self.flatten(z)  # (B, M, D) float32
         b = flat.shape[0]
+        weighed = False  # the mask weights the latents in the solver (no host read), or selects them (ot_flat)
+        keep = None
         if mask is not None:
             if cfg.num_positions is not None:
                 raise ValueError("a mask needs one shared pi (num_positions=None): a per-position pi assumes every "
@@ -359,32 +370,35 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
             if self._gathered():
                 raise ValueError("a mask cannot be combined with global_batch (ranks would gather different counts)")
             keep = mask.reshape(b, -1)
-            ot_flat = flat[keep].unsqueeze(1)  # (N, 1, D): the real latents, in order, as one shared-pi batch
             per_sample = keep.sum() / b  # positions per sample, on average (a tensor: no host read)
-            if ot_flat.shape[0] == 0 and not self.solver.per_rank_batches():
-                return self._padding_only(z, flat, mask, compute_loss)
+            weighed = self.solver.weighs_latents
+            if weighed:
+                ot_flat = flat
+            else:  # the real latents, in order, as one shared-pi batch (N, 1, D): its size is a host read
+                ot_flat = flat[keep].unsqueeze(1)
+                if ot_flat.shape[0] == 0 and not self.solver.per_rank_batches():
+                    return self._padding_only(z, flat, mask, compute_loss)
         else:
             ot_flat, per_sample = flat, None
+        ot_keep = keep if weighed else None
         if self.training and self.config.codebook_init == "data":
-            self._once_per_run("codebook_initialized", self._init_codebook_from, ot_flat)
+            self._once_per_run("codebook_initialized", self._init_codebook_from, ot_flat, ot_keep)
         want_loss = self.training if compute_loss is None else compute_loss
         search = None
         if want_loss and self.solver.shares_search and not self._gathered():
             self._check_positions(ot_flat)  # before the search, whose grouping assumes the positions
             # One distance computation serves quantization (nearest codes) and the OT (transport assignment).
-            ot_indices, search = self.solver.search(ot_flat, self.embedding)
-            if mask is None:
-                indices = ot_indices
-            else:  # the masked latents are quantized too, outside the OT
-                indices = torch.empty(b, flat.shape[1], dtype=torch.long, device=flat.device)
-                indices[keep] = ot_indices.reshape(-1)
-                indices[~keep] = self.nearest(flat[~keep].unsqueeze(1)).reshape(-1)
+            ot_indices, search = self.solver.search(ot_flat, self.embedding, keep=ot_keep)
+            # every latent, the padding included, is quantized in the same search (unless the mask selected them)
+            indices = ot_indices if mask is None or weighed else self.nearest(flat)
         else:
             indices = self.nearest(flat)  # (B, M)
         flat_q = self.straight_through(flat, F.embedding(indices, self.embedding))
         losses = {}
         if want_loss:
-            losses["ws"] = cfg.ws_weight * self.wasserstein(ot_flat, search, per_sample=per_sample)
+            losses["ws"] = cfg.ws_weight * self.wasserstein(ot_flat, search, per_sample=per_sample, keep=ot_keep)
             if cfg.learn_pi and self.kl_weight:
-                losses["kl"] = self.kl_weight * self.kl_to_uniform()
+                kl = self.kl_weight * self.kl_to_uniform()
+                # a batch of padding only has no loss (as _padding_only), told on the device
+                losses["kl"] = kl if ot_keep is None else kl * ot_keep.any()
         return self._output(z, flat_q, indices, losses, mask)
