@@ -7,7 +7,7 @@ decoder receives) against pi: Pearson correlation and total variation for a fixe
 pi (and, for comparison, the correlation of the trained transport map's cells with pi), and the perplexity of the usage for a learned pi that starts uniform. Seconds per run on one CPU core.
 
     .venv/bin/python benchmarks/controllability_toy.py                                 # the shipped defaults
-    .venv/bin/python benchmarks/controllability_toy.py --set follow_scale=false        # one option changed
+    .venv/bin/python benchmarks/controllability_toy.py --set codebook_decay=0.95 --seeds 0,1,2,3,4,5,6,7,8,9 --tag cd0.95
 
 Prints one row per pi form (the mean, then each seed) and writes benchmarks/results/controllability_toy[_TAG].json.
 """

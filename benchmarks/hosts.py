@@ -233,6 +233,12 @@ def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool
             "ResidualVQ kmeans+expiry": lambda **o: Peer("rvq", k, d, **o),
             "VQ-WAE": lambda **o: Ours(lambda: ResidualQuantizer(
                 lambda: WassersteinQuantizer(num_codes=k, dim=d, channel_last=True, **o), 4), k),
+            # not in the default list: the stack before its default pull (every level's WS at full weight on the
+            # encoder), and vqwae's own field VQ stacked
+            "VQ-WAE pull 1": lambda **o: Ours(lambda: ResidualQuantizer(
+                lambda: WassersteinQuantizer(num_codes=k, dim=d, channel_last=True, **o), 4, pull=1.0), k),
+            "vqwae VQ kmeans+expiry": lambda **o: Ours(lambda: ResidualQuantizer(lambda: VectorQuantizer(
+                num_codes=k, dim=d, channel_last=True, ema=True, init="kmeans", dead_code_threshold=2, **o), 4), k),
         }
     return {
         "VQ-VAE": lambda **o: Ours(lambda: VectorQuantizer(num_codes=k, dim=d, channel_last=True, **o), k),
@@ -399,7 +405,7 @@ def main():
     if sequence:  # a per-position pi needs every position in every row: no padding
         factories.pop("VQ-WAE per-position")
     names = ([n.strip() for n in args.models.split(",")] if args.models
-             else [n for n in factories if n != "vqwae VQ kmeans+expiry"])
+             else [n for n in factories if n not in ("vqwae VQ kmeans+expiry", "VQ-WAE pull 1")])
     for v in args.variant:
         label, _, settings = v.partition(":")
         base = "VQ-WAE per-position" if "per-position" in label else "VQ-WAE"

@@ -167,6 +167,45 @@ def test_residual_levels_quantize_what_the_previous_levels_left():
     assert errors[0] > errors[1] > errors[2]  # every level removes part of the remaining error
 
 
+def test_the_stacks_pull_scales_only_what_the_levels_losses_send_to_the_encoder():
+    """pull weights the gradient of the levels' losses on the latents; each level's pi (and a gradient codebook)
+    gets the same gradient as at pull 1, and the decoder's straight-through gradient is untouched."""
+    from vqwae.quantizers import ResidualQuantizer, WassersteinQuantizer
+
+    grads = {}
+    for pull in (1.0, 0.01):
+        torch.manual_seed(0)
+        rq = ResidualQuantizer(lambda: WassersteinQuantizer(num_codes=16, dim=8, channel_last=True,
+                                                            codebook_update="gradient"), 3, pull=pull).train()
+        z = torch.randn(4, 10, 8, requires_grad=True)
+        out = rq(z)
+        out.loss.backward()
+        grads[pull] = (z.grad.clone(), [p.grad.clone() for p in rq.parameters()])
+        z2 = z.detach().clone().requires_grad_(True)
+        rq(z2).quantized.sum().backward()  # the decoder's path: the identity, whatever the pull
+        assert torch.equal(z2.grad, torch.ones_like(z2))
+    assert torch.allclose(grads[0.01][0], 0.01 * grads[1.0][0], rtol=1e-5, atol=1e-10)
+    assert grads[1.0][0].abs().sum() > 0
+    for a, b in zip(grads[1.0][1], grads[0.01][1]):
+        assert torch.equal(a, b)
+
+
+def test_the_stacks_default_pull_follows_its_levels_and_is_saved():
+    from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer, build_quantizer
+
+    wae = ResidualQuantizer(lambda: WassersteinQuantizer(num_codes=16, dim=8), 2)
+    vq = ResidualQuantizer(lambda: VectorQuantizer(num_codes=16, dim=8), 2)
+    assert (wae.pull, vq.pull) == (0.01, 1.0)
+    def build(kind, options):
+        return build_quantizer(kind, **options)
+
+    assert ResidualQuantizer.from_config_dict(wae.config_dict(), build).pull == 0.01
+    old = {k: v for k, v in wae.config_dict().items() if k != "pull"}  # saved before pull existed: trained at 1
+    assert ResidualQuantizer.from_config_dict(old, build).pull == 1.0
+    with pytest.raises(ValueError, match="pull must be a number in"):
+        ResidualQuantizer(lambda: VectorQuantizer(num_codes=16, dim=8), 2, pull=2)
+
+
 def test_residual_dropout_uses_the_first_levels_and_marks_the_rest():
     from vqwae.quantizers import ResidualQuantizer, VectorQuantizer
 

@@ -14,6 +14,13 @@ vector-quantize-pytorch's ResidualVQ.
     out = rq(z)                     # z (B, N, 64): out.indices (B, N, 4), out.loss the levels' summed loss
     z_q = rq.indices_to_latents(out.indices)
 
+The pull: each level's loss (commitment, WS) moves the encoder toward that level's codes. In one quantizer that
+costs the decoder nothing (it receives the code, not the latent's place in its cell); in a stack it erases what the
+later levels would encode, the place of the latent inside the first levels' cells. So the levels' losses reach the
+encoder scaled by ``pull`` (their codebooks and pi learn at full weight): by default 0.01 for Wasserstein levels,
+whose WS pull is ~50x the field's commitment (BENCHMARKS.md 21: CIFAR-10 test MSE 0.00260 against 0.00467 at
+pull 1 and ResidualVQ's 0.00288), and 1 for the others, as SoundStream and ResidualVQ train.
+
 Quantizer dropout (SoundStream's bitrate scalability): with ``dropout=True`` each training call uses the first
 n levels, n drawn uniformly from 1..L (once per batch, on the host: no device synchronisation); any call can
 ask for ``num_levels=n`` itself (e.g. a lower bitrate at inference). Levels not used report index -1.
@@ -28,6 +35,7 @@ import torch
 from torch import nn
 
 from vqwae.quantizers.base import Quantizer, QuantizerOutput
+from vqwae.quantizers.wasserstein import WassersteinQuantizer
 
 
 @dataclass
@@ -39,15 +47,37 @@ class ResidualOutput(QuantizerOutput):
     levels_used: int = 0
 
 
+def default_pull(level: Quantizer) -> float:
+    """The weight of the levels' losses on the encoder when none is given (see the module docstring)."""
+    return 0.01 if isinstance(level, WassersteinQuantizer) else 1.0
+
+
+class _ScaledGradient(torch.autograd.Function):
+    """Identity whose backward multiplies the gradient by a constant."""
+
+    @staticmethod
+    def forward(ctx, x, scale: float):
+        ctx.scale = scale
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.scale, None
+
+
 class ResidualQuantizer(nn.Module):
-    """``num_levels`` quantizers made by ``quantizer_factory()``, each quantizing the previous levels' residual."""
+    """``num_levels`` quantizers made by ``quantizer_factory()``, each quantizing the previous levels' residual;
+    ``pull`` scales the gradient the levels' losses send to the encoder (None: ``default_pull``)."""
 
     kind = "residual"  # the name a saved model's config gives it (``VQAutoencoder``)
 
-    def __init__(self, quantizer_factory: Callable[[], Quantizer], num_levels: int, *, dropout: bool = False):
+    def __init__(self, quantizer_factory: Callable[[], Quantizer], num_levels: int, *, dropout: bool = False,
+                 pull: float | None = None):
         super().__init__()
         if not isinstance(num_levels, int) or num_levels < 1:
             raise ValueError(f"num_levels must be an int >= 1, got {num_levels!r}")
+        if pull is not None and not (isinstance(pull, (int, float)) and 0 <= pull <= 1):
+            raise ValueError(f"pull must be a number in [0, 1], got {pull!r}")
         self.levels = nn.ModuleList(quantizer_factory() for _ in range(num_levels))
         first = self.levels[0]
         for q in self.levels:
@@ -56,6 +86,7 @@ class ResidualQuantizer(nn.Module):
             if q.dim != first.dim or q.config.channel_last != first.config.channel_last:
                 raise ValueError("every level must share the latent dim and layout")
         self.num_levels, self.dim, self.dropout = num_levels, first.dim, dropout
+        self.pull = default_pull(first) if pull is None else float(pull)
         self.num_codes = max(q.num_codes for q in self.levels)  # what an index of any level fits in
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *, num_levels: int | None = None,
@@ -66,7 +97,8 @@ class ResidualQuantizer(nn.Module):
         residual, total = z, None
         indices, perplexity, losses = [], [], {}
         for level, q in enumerate(self.levels[:n], 1):
-            out = q(residual, mask, compute_loss=compute_loss)
+            pulled = residual if self.pull == 1 else _ScaledGradient.apply(residual, self.pull)
+            out = q(pulled, mask, compute_loss=compute_loss)
             codes = out.quantized.detach()  # this level's codewords (the straight-through value)
             total = codes if total is None else total + codes
             residual = residual - codes
@@ -100,14 +132,17 @@ class ResidualQuantizer(nn.Module):
         first = self.levels[0].config_dict()
         if any(q.config_dict() != first for q in self.levels[1:]):
             raise ValueError("save needs levels of one configuration (a factory that builds the same quantizer)")
-        return {"kind": self.kind, "num_levels": self.num_levels, "dropout": self.dropout, "level": first}
+        return {"kind": self.kind, "num_levels": self.num_levels, "dropout": self.dropout, "pull": self.pull,
+                "level": first}
 
     @classmethod
     def from_config_dict(cls, config: dict, build: Callable[[str, dict], Quantizer]) -> "ResidualQuantizer":
         """The stack ``config_dict`` describes; ``build(kind, options)`` makes one level."""
         level = dict(config["level"])
         kind = level.pop("kind")
-        return cls(lambda: build(kind, level), int(config["num_levels"]), dropout=bool(config.get("dropout", False)))
+        # a stack saved before ``pull`` existed trained its encoder with every level's full loss (pull 1)
+        return cls(lambda: build(kind, level), int(config["num_levels"]), dropout=bool(config.get("dropout", False)),
+                   pull=float(config.get("pull", 1.0)))
 
     def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
         """(B, *positions, L) indices (-1: level not used) -> the summed codewords in the levels' layout."""
