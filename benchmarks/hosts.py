@@ -231,8 +231,9 @@ def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool
             "VQ-VAE": lambda **o: Ours(lambda: ResidualQuantizer(
                 lambda: VectorQuantizer(num_codes=k, dim=d, channel_last=True), 4), k),
             "ResidualVQ kmeans+expiry": lambda **o: Peer("rvq", k, d, **o),
-            "VQ-WAE": lambda **o: Ours(lambda: ResidualQuantizer(
-                lambda: WassersteinQuantizer(num_codes=k, dim=d, channel_last=True, **o), 4), k),
+            # a variant's "pull" goes to the stack, its other settings to every level
+            "VQ-WAE": lambda pull=None, **o: Ours(lambda: ResidualQuantizer(
+                lambda: WassersteinQuantizer(num_codes=k, dim=d, channel_last=True, **o), 4, pull=pull), k),
             # not in the default list: the stack before its default pull (every level's WS at full weight on the
             # encoder), and vqwae's own field VQ stacked
             "VQ-WAE pull 1": lambda **o: Ours(lambda: ResidualQuantizer(
