@@ -25,10 +25,11 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hosts import Peer, quantizer_factories  # noqa: E402
 from peer_comparison import parse_settings  # noqa: E402
 
 from vqwae.data import load_splits  # noqa: E402
-from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer  # noqa: E402
+from vqwae.ot.histogram import code_histogram, perplexity_from_counts  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 LEVELS, K, PATCH = 4, 256, 4
@@ -50,54 +51,26 @@ def load(data_root: str, train: int, test: int) -> tuple[torch.Tensor, torch.Ten
     return (tr - mean) / rms, (te - mean) / rms
 
 
-class Peer(nn.Module):
-    """vector-quantize-pytorch's ResidualVQ with k-means init and dead-code expiry, as in benchmarks/hosts.py."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        import vector_quantize_pytorch as vqp
-
-        self.q = vqp.ResidualVQ(dim=dim, codebook_size=K, num_quantizers=LEVELS, decay=0.99, kmeans_init=True,
-                                threshold_ema_dead_code=2, commitment_weight=0.25, rotation_trick=False)
-
-    def forward(self, z):
-        q, idx, loss = tuple(self.q(z))[:3]
-        return q, idx, loss.sum()
-
-    @torch.no_grad()
-    def errors(self, z):
-        q, idx = self.forward(z)[:2]
-        return [None] * (LEVELS - 1) + [float((z - q).pow(2).sum() / z.pow(2).sum())], idx
-
-
-class Ours(nn.Module):
-    def __init__(self, make):
-        super().__init__()
-        self.q = ResidualQuantizer(make, LEVELS)
-
-    def forward(self, z):
-        out = self.q(z)
-        return out.quantized, out.indices, out.loss
-
-    @torch.no_grad()
-    def errors(self, z):
-        errs = [float((z - self.q(z, num_levels=n).quantized).pow(2).sum() / z.pow(2).sum())
-                for n in range(1, LEVELS + 1)]
-        return errs, self.q(z).indices
-
-
 def stacks(dim: int, variants: list[str]) -> dict:
-    made = {
-        "ResidualVQ kmeans+expiry": lambda: Peer(dim),
-        "vqwae VQ kmeans+expiry": lambda: Ours(lambda: VectorQuantizer(
-            num_codes=K, dim=dim, channel_last=True, ema=True, init="kmeans", dead_code_threshold=2)),
-        "VQ-WAE": lambda: Ours(lambda: WassersteinQuantizer(num_codes=K, dim=dim, channel_last=True)),
-    }
+    """name -> a function building that stack: the `residual` host's own (``hosts.quantizer_factories``), and a
+    VQ-WAE stack per variant (its settings go to every level)."""
+    factories = quantizer_factories(K, dim, positions=64, residual=True)
+    made = {name: factories[name] for name in ("ResidualVQ kmeans+expiry", "vqwae VQ kmeans+expiry", "VQ-WAE")}
     for spec in variants:
         label, _, settings = spec.partition(":")
-        options = parse_settings(settings)
-        made[label] = lambda o=options: Ours(lambda: WassersteinQuantizer(num_codes=K, dim=dim, channel_last=True, **o))
+        made[label] = lambda o=parse_settings(settings): factories["VQ-WAE"](**o)
     return made
+
+
+@torch.no_grad()
+def errors(model: nn.Module, z: torch.Tensor) -> tuple[list, torch.Tensor]:
+    """The relative squared error after 1..4 levels (the peer's after all 4 only) and the indices (..., L)."""
+    if isinstance(model, Peer):
+        q, idx, _ = model(z, None)
+        return [None] * (LEVELS - 1) + [float((z - q).pow(2).sum() / z.pow(2).sum())], idx
+    errs = [float((z - model.q(z, num_levels=n).quantized).pow(2).sum() / z.pow(2).sum())
+            for n in range(1, LEVELS + 1)]
+    return errs, model.q(z).indices
 
 
 def main():
@@ -126,7 +99,7 @@ def main():
     for step in range(1, args.steps + 1):
         z = train[torch.randint(0, train.shape[0], (32,), generator=gen)]
         for name in names:
-            _, _, loss = models[name](z)
+            _, _, loss = models[name](z, None)
             if opts[name] is not None:
                 opts[name].zero_grad(set_to_none=True)
                 loss.backward()
@@ -134,8 +107,8 @@ def main():
         if step % args.eval_every == 0 or step == args.steps:
             for name in names:
                 m = models[name].eval()
-                errs, idx = m.errors(test)
-                ppl = [float(_perplexity(idx[..., level])) for level in range(LEVELS)]
+                errs, idx = errors(m, test)
+                ppl = [float(perplexity_from_counts(code_histogram(idx[..., level], K))) for level in range(LEVELS)]
                 curves[name].append(dict(step=step, rel_err=errs, perplexity=ppl))
                 m.train()
                 print(f"step {step:5d}  {name:28s} rel. error by levels "
@@ -145,13 +118,6 @@ def main():
                               + ".json")
     out.write_text(json.dumps(dict(command=" ".join(sys.argv), variants=args.variant, curves=curves), indent=1))
     print(f"-> {out}")
-
-
-def _perplexity(idx: torch.Tensor) -> torch.Tensor:
-    """exp(entropy) of one level's usage over the test patches."""
-    p = torch.bincount(idx.reshape(-1), minlength=K).double()
-    p = p / p.sum()
-    return torch.exp(-(p * p.clamp_min(1e-30).log()).sum())
 
 
 if __name__ == "__main__":

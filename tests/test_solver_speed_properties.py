@@ -140,12 +140,12 @@ class _NoDataDependentShapes(TorchDispatchMode):
 
     forbidden = {"aten::nonzero", "aten::masked_select", "aten::_local_scalar_dense", "aten::_unique2",
                  "aten::unique_dim", "aten::unique_consecutive", "aten::bincount"}
+    indexing = {"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"}  # (x, indices, ...)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name
-        indexes = name in ("aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_")
-        if name in self.forbidden or (indexes and any(
-                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()) or ())):
+        indices = args[1] if name in self.indexing else ()
+        if name in self.forbidden or any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
             raise AssertionError(f"{name} has a data-dependent size: a host synchronisation on CUDA")
         return func(*args, **(kwargs or {}))
 

@@ -93,7 +93,7 @@ class DualSolver(Solver):
         self.epsilon, self.iterations = epsilon, iterations
         self.phi = KantorovichPotential(groups, dim, hidden, lr)
 
-    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None) -> Transport:
+    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None, keep=None) -> Transport:
         x = positions_as_groups(flat, self.shared)  # (G, N, D)
         cost = squared_distances(x, codebook)  # (G, N, K), differentiable
         eps = self.epsilon * cost.detach().mean()

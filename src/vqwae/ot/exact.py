@@ -49,7 +49,7 @@ def exact_plans(cost: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torc
 class ExactSolver(Solver):
     """The exact plan per group (POT's network simplex); its transport cost is the WS term."""
 
-    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None) -> Transport:
+    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None, keep=None) -> Transport:
         x = positions_as_groups(flat, self.shared)  # (G, N, D)
         with torch.no_grad():
             plan, v = exact_plans(squared_distances(x.detach(), codebook.detach()), log_pi.exp())

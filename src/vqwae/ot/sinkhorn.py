@@ -84,7 +84,7 @@ class SinkhornSolver(Solver):
         self.epsilon, self.iterations, self.tol, self.warm_start = epsilon, iterations, tol, warm_start
         self.register_buffer("potential", torch.zeros(groups, num_codes))  # code-side g, absolute cost units
 
-    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None) -> Transport:
+    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None, keep=None) -> Transport:
         x = positions_as_groups(flat, self.shared)  # (G, N, D)
         with torch.no_grad():
             cost = squared_distances(x.detach(), codebook.detach())

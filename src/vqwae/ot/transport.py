@@ -84,9 +84,11 @@ class Solver(nn.Module):
         return t
 
     def forward(self, flat: torch.Tensor, codebook: torch.Tensor, log_pi: torch.Tensor, *, update: bool,
-                want_plan: bool, search=None) -> Transport:
+                want_plan: bool, search=None, keep=None) -> Transport:
         """Latents flat (B, M, D), codebook (K, D), log_pi (G, K). ``update``: take this step's ascent on the
-        solver's state. ``want_plan``: the caller needs where the mass goes (the transport codebook update)."""
+        solver's state. ``want_plan``: the caller needs where the mass goes (the transport codebook update).
+        ``search`` (with ``shares_search``) and ``keep`` (with ``weighs_latents``) are given only to the solvers
+        that declare them; the others receive None."""
         raise NotImplementedError
 
     @torch.no_grad()

@@ -63,6 +63,9 @@ class Quantizer(nn.Module):
 
     kind: str = ""  # registry name, set by subclasses
     config_class: type = LatentShape  # set by subclasses
+    #: As a level of a ``ResidualQuantizer``: the weight of this quantizer's loss on the encoder (the stack's
+    #: default ``pull``). 1: the commitment at full weight, as SoundStream and ResidualVQ train.
+    residual_pull: float = 1.0
 
     def __init__(self, config=None, **options):
         super().__init__()

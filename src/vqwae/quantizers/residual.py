@@ -17,9 +17,10 @@ vector-quantize-pytorch's ResidualVQ.
 The pull: each level's loss (commitment, WS) moves the encoder toward that level's codes. In one quantizer that
 costs the decoder nothing (it receives the code, not the latent's place in its cell); in a stack it erases what the
 later levels would encode, the place of the latent inside the first levels' cells. So the levels' losses reach the
-encoder scaled by ``pull`` (their codebooks and pi learn at full weight): by default 0.01 for Wasserstein levels,
-whose WS pull is ~50x the field's commitment (BENCHMARKS.md 21: CIFAR-10 test MSE 0.00260 against 0.00467 at
-pull 1 and ResidualVQ's 0.00288), and 1 for the others, as SoundStream and ResidualVQ train.
+encoder scaled by ``pull`` (their codebooks and pi learn at full weight); by default the levels' own
+``residual_pull``: 0.01 for Wasserstein levels, whose WS pull is ~50x the field's commitment (BENCHMARKS.md 21:
+CIFAR-10 test MSE 0.00260 against 0.00467 at pull 1 and ResidualVQ's 0.00288), and 1 for the others, as
+SoundStream and ResidualVQ train.
 
 Quantizer dropout (SoundStream's bitrate scalability): with ``dropout=True`` each training call uses the first
 n levels, n drawn uniformly from 1..L (once per batch, on the host: no device synchronisation); any call can
@@ -35,7 +36,6 @@ import torch
 from torch import nn
 
 from vqwae.quantizers.base import Quantizer, QuantizerOutput
-from vqwae.quantizers.wasserstein import WassersteinQuantizer
 
 
 @dataclass
@@ -47,27 +47,9 @@ class ResidualOutput(QuantizerOutput):
     levels_used: int = 0
 
 
-def default_pull(level: Quantizer) -> float:
-    """The weight of the levels' losses on the encoder when none is given (see the module docstring)."""
-    return 0.01 if isinstance(level, WassersteinQuantizer) else 1.0
-
-
-class _ScaledGradient(torch.autograd.Function):
-    """Identity whose backward multiplies the gradient by a constant."""
-
-    @staticmethod
-    def forward(ctx, x, scale: float):
-        ctx.scale = scale
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * ctx.scale, None
-
-
 class ResidualQuantizer(nn.Module):
     """``num_levels`` quantizers made by ``quantizer_factory()``, each quantizing the previous levels' residual;
-    ``pull`` scales the gradient the levels' losses send to the encoder (None: ``default_pull``)."""
+    ``pull`` scales the gradient the levels' losses send to the encoder (None: the levels' ``residual_pull``)."""
 
     kind = "residual"  # the name a saved model's config gives it (``VQAutoencoder``)
 
@@ -86,7 +68,7 @@ class ResidualQuantizer(nn.Module):
             if q.dim != first.dim or q.config.channel_last != first.config.channel_last:
                 raise ValueError("every level must share the latent dim and layout")
         self.num_levels, self.dim, self.dropout = num_levels, first.dim, dropout
-        self.pull = default_pull(first) if pull is None else float(pull)
+        self.pull = first.residual_pull if pull is None else float(pull)
         self.num_codes = max(q.num_codes for q in self.levels)  # what an index of any level fits in
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *, num_levels: int | None = None,
@@ -97,7 +79,8 @@ class ResidualQuantizer(nn.Module):
         residual, total = z, None
         indices, perplexity, losses = [], [], {}
         for level, q in enumerate(self.levels[:n], 1):
-            pulled = residual if self.pull == 1 else _ScaledGradient.apply(residual, self.pull)
+            # the value of residual exactly (the second term is 0), the gradient to the encoder x pull
+            pulled = residual if self.pull == 1 else residual.detach() + self.pull * (residual - residual.detach())
             out = q(pulled, mask, compute_loss=compute_loss)
             codes = out.quantized.detach()  # this level's codewords (the straight-through value)
             total = codes if total is None else total + codes

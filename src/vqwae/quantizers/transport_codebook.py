@@ -35,28 +35,26 @@ class TransportCodebook:
         """
         k, decay = self.num_codes, self.config.codebook_decay
         live = None  # under DDP or a mask: whether any real latent was seen (a tensor: no host read)
-        if t.plan is None and t.keep is not None:  # a mask: the padding is weighted 0 (indexing would read the host)
+        if t.plan is None:
             x = t.x.reshape(-1, self.dim)
-            w = t.keep.reshape(-1).to(x.dtype)
-            mass = code_histogram(t.assigned, k, x.dtype, keep=t.keep)  # counts per code, in real latents
-            sums = torch.zeros(k, self.dim, dtype=x.dtype, device=x.device).index_add_(
-                0, t.assigned.reshape(-1), x * w[:, None])
-        elif t.plan is None:
-            x = t.x.reshape(-1, self.dim)
-            mass = (t.mass.sum(0) * t.assigned.shape[0]).to(x.dtype)  # counts per code, in latents
+            if t.keep is None:
+                mass = (t.mass.sum(0) * t.assigned.shape[0]).to(x.dtype)  # counts per code, in latents
+            else:  # a mask: counts of the real latents, the padding weighted 0 (indexing it out would read the host)
+                mass = code_histogram(t.assigned, k, x.dtype, keep=t.keep)
+                x = x * t.keep.reshape(-1, 1).to(x.dtype)
             sums = torch.zeros(k, self.dim, dtype=x.dtype, device=x.device).index_add_(0, t.assigned.reshape(-1), x)
         else:
             x, plan = t.x, t.plan
             n = plan.shape[1]  # latents per group: counts in units of latents, as the assignment's
             mass = plan.sum((0, 1)) * n
             sums = torch.einsum("gnk,gnd->kd", plan.to(x.dtype), x) * n
-        if self.solver.per_rank_batches() or t.keep is not None:
-            if self.solver.per_rank_batches():
-                packed = torch.cat([mass[:, None], sums], dim=1)  # one all-reduce: every rank keeps the same codebook
-                dist.all_reduce(packed)
-                mass, sums = packed[:, 0], packed[:, 1:]
-            # A batch (or under DDP a rank) may hold only padding; when every latent is, nothing may move (no host
-            # read).
+        gated = t.keep is not None  # a masked batch may hold only padding
+        if self.solver.per_rank_batches():
+            packed = torch.cat([mass[:, None], sums], dim=1)  # one all-reduce: every rank keeps the same codebook
+            dist.all_reduce(packed)
+            mass, sums = packed[:, 0], packed[:, 1:]
+            gated = True  # a rank may hold only padding
+        if gated:  # when no real latent was seen anywhere, nothing may move (told on the device: no host read)
             live = mass.sum() > 0
             decay = torch.where(live, decay, 1.0)
             self.transport_mass.mul_(decay).add_(mass * (1 - decay))

@@ -186,6 +186,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
 
     kind = "wasserstein"
     config_class = WassersteinConfig
+    #: In a stack the WS pull (~50x the field's commitment) erased what the later levels encode (BENCHMARKS.md 21).
+    residual_pull = 0.01
     #: State-dict layout. 1: the solvers' state on the quantizer itself (code_potential, potential_scale,
     #: potential.*); 2: in the solver module (solver.potential, solver.scale, solver.phi.*).
     _version = 2
@@ -285,9 +287,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         # A snapshot when the codebook is updated in place below: the backward uses the codes of the assignment.
         c = self.embedding.detach().clone() if transport_update else self.embedding
         log_pi = self.log_pi()  # (G, K)
-        masked = {} if keep is None else {"keep": keep}
         transport = self.solver(flat, c, log_pi, update=self.training, want_plan=transport_update, search=search,
-                                **masked)
+                                keep=keep)
         if transport_update:
             self._transport_update(transport)
         if self.config.num_positions is not None:
@@ -361,8 +362,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         cfg = self.config
         flat = self.flatten(z)  # (B, M, D) float32
         b = flat.shape[0]
-        weighed = False  # the mask weights the latents in the solver (no host read), or selects them (ot_flat)
-        keep = None
+        keep = ot_keep = None  # the mask; and, for a solver that weighs latents, what it is handed instead of indexing
         if mask is not None:
             if cfg.num_positions is not None:
                 raise ValueError("a mask needs one shared pi (num_positions=None): a per-position pi assumes every "
@@ -371,16 +371,14 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
                 raise ValueError("a mask cannot be combined with global_batch (ranks would gather different counts)")
             keep = mask.reshape(b, -1)
             per_sample = keep.sum() / b  # positions per sample, on average (a tensor: no host read)
-            weighed = self.solver.weighs_latents
-            if weighed:
-                ot_flat = flat
+            if self.solver.weighs_latents:
+                ot_flat, ot_keep = flat, keep
             else:  # the real latents, in order, as one shared-pi batch (N, 1, D): its size is a host read
                 ot_flat = flat[keep].unsqueeze(1)
                 if ot_flat.shape[0] == 0 and not self.solver.per_rank_batches():
                     return self._padding_only(z, flat, mask, compute_loss)
         else:
             ot_flat, per_sample = flat, None
-        ot_keep = keep if weighed else None
         if self.training and self.config.codebook_init == "data":
             self._once_per_run("codebook_initialized", self._init_codebook_from, ot_flat, ot_keep)
         want_loss = self.training if compute_loss is None else compute_loss
@@ -390,7 +388,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
             # One distance computation serves quantization (nearest codes) and the OT (transport assignment).
             ot_indices, search = self.solver.search(ot_flat, self.embedding, keep=ot_keep)
             # every latent, the padding included, is quantized in the same search (unless the mask selected them)
-            indices = ot_indices if mask is None or weighed else self.nearest(flat)
+            indices = ot_indices if mask is None or ot_keep is not None else self.nearest(flat)
         else:
             indices = self.nearest(flat)  # (B, M)
         flat_q = self.straight_through(flat, F.embedding(indices, self.embedding))
