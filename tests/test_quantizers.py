@@ -211,6 +211,28 @@ def test_a_light_kl_lets_pi_collapse_and_pi_floor_keeps_every_code_its_share():
     assert mass.min() >= 0.25, mass  # every code still receives (about) its floor of the plan's mass
 
 
+@pytest.mark.parametrize("solver", ["semidiscrete", "exact"])
+def test_pull_scales_only_the_ws_gradient_on_the_latents(solver):
+    """pull weighs what the WS term sends to the latents (the encoder); the loss's value, the gradient on pi and
+    on a gradient codebook, and the straight-through path to the decoder are those of pull 1."""
+    grads = {}
+    for pull in (1.0, 0.1):
+        torch.manual_seed(0)
+        q = WassersteinQuantizer(num_codes=16, dim=8, num_positions=4, solver=solver, codebook_update="gradient",
+                                 pull=pull).train()
+        z = torch.randn(6, 8, 2, 2, requires_grad=True)
+        out = q(z)
+        out.losses["ws"].backward()
+        grads[pull] = (out.losses["ws"].detach(), z.grad.clone(), q.beta.grad.clone(), q.embedding.grad.clone())
+        z2 = z.detach().clone().requires_grad_(True)
+        q(z2).quantized.sum().backward()
+        assert torch.equal(z2.grad, torch.ones_like(z2))
+    (v1, z1, b1, c1), (v2, z2_, b2, c2) = grads[1.0], grads[0.1]
+    assert torch.equal(v1, v2) and z1.abs().sum() > 0
+    assert torch.allclose(z2_, 0.1 * z1, rtol=1e-5, atol=1e-10)
+    assert torch.allclose(b1, b2) and torch.allclose(c1, c2)
+
+
 def test_pi_floor_mixes_pi_with_the_uniform_distribution():
     q = WassersteinQuantizer(num_codes=16, dim=4, num_positions=2, pi_floor=0.5)
     peaked = torch.full((16,), 0.5 / 16)

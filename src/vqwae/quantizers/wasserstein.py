@@ -101,6 +101,8 @@ class WassersteinOptions:
                                       "positions", min=0)
     scale_decay: float = option(0.9, "vqwae semidiscrete: EMA decay of the cost scale (the quantization error)",
                                 min=0, below=1)
+    pull: float = option(1.0, "vqwae: the scale of the gradient the WS term sends to the latents (the encoder's "
+                         "pull toward the codes); the codebook and pi learn at full weight", min=0, max=1)
     codebook_init: str = option("data", "vqwae: codebook start: data (K latents of the first training batches) or "
                                 "normal (N(0, 1), the authors)", choices=CODEBOOK_INITS)
     codebook_update: str = option("transport", "vqwae: transport (each code moves to an EMA of the latents the OT "
@@ -129,6 +131,8 @@ class WassersteinOptions:
         unread = () if self.splits_dead_cells else ("split_dead",)
         if self.potential_steps == 1:
             unread += ("potential_steps",)
+        if self.pull == 1:
+            unread += ("pull",)
         return unread
 
 
@@ -394,7 +398,9 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         flat_q = self.straight_through(flat, F.embedding(indices, self.embedding))
         losses = {}
         if want_loss:
-            losses["ws"] = cfg.ws_weight * self.wasserstein(ot_flat, search, per_sample=per_sample, keep=ot_keep)
+            # the latents' value exactly, their gradient x pull (the second term is 0 in value)
+            pulled = ot_flat if cfg.pull == 1 else ot_flat.detach() + cfg.pull * (ot_flat - ot_flat.detach())
+            losses["ws"] = cfg.ws_weight * self.wasserstein(pulled, search, per_sample=per_sample, keep=ot_keep)
             if cfg.learn_pi and self.kl_weight:
                 kl = self.kl_weight * self.kl_to_uniform()
                 # a batch of padding only has no loss (as _padding_only), told on the device
