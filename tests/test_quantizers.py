@@ -233,6 +233,30 @@ def test_pull_scales_only_the_ws_gradient_on_the_latents(solver):
     assert torch.allclose(b1, b2) and torch.allclose(c1, c2)
 
 
+def test_pull_target_holds_the_ws_gradient_at_that_fraction_of_the_decoders():
+    """pull_target = t: once its EMAs have seen a few steps, the WS gradient on the latents is t x the decoder's
+    (here a pull at full weight is ~10x the decoder's); the EMAs are a buffer, saved with the quantizer."""
+    def ratio(**options):
+        torch.manual_seed(0)
+        q = WassersteinQuantizer(num_codes=16, dim=8, ws_weight=1.0, **options).train()
+        z0 = torch.randn(32, 8, 4, 4)
+        for _ in range(60):
+            z = z0.clone().requires_grad_(True)
+            out = q(z)
+            (out.quantized.pow(2).mean() + out.loss).backward()
+        z = z0.clone().requires_grad_(True)
+        out = q(z)
+        g_dec, = torch.autograd.grad(out.quantized.pow(2).mean(), z, retain_graph=True)
+        g_ws, = torch.autograd.grad(out.losses["ws"], z)
+        return (g_ws.norm() / g_dec.norm()).item(), q
+
+    full, _ = ratio()
+    held, q = ratio(pull_target=0.05)
+    assert full > 1, full
+    assert 0.04 < held < 0.06, held
+    assert "pull_grads" in q.state_dict()
+
+
 def test_pi_floor_mixes_pi_with_the_uniform_distribution():
     q = WassersteinQuantizer(num_codes=16, dim=4, num_positions=2, pi_floor=0.5)
     peaked = torch.full((16,), 0.5 / 16)

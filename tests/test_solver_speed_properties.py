@@ -166,6 +166,19 @@ def test_a_masked_training_step_has_no_data_dependent_size(update, monkeypatch):
         assert z.grad is not None and torch.isfinite(z.grad).all()
 
 
+def test_the_adaptive_pull_never_reads_the_host(monkeypatch):
+    """pull_target's EMAs are fed by backward hooks and read on the device: no scalar reaches the host."""
+    monkeypatch.setattr(WassersteinQuantizer, "check_finite", staticmethod(lambda z: None))  # a CPU-only read
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, pull_target=0.05).train()
+    q(torch.randn(4, 10, 8))  # the data start (reads the host once)
+    for _ in range(2):
+        z = torch.randn(4, 10, 8, requires_grad=True)
+        with _NoDataDependentShapes():
+            out = q(z)
+            (out.quantized.pow(2).mean() + out.loss).backward()
+    assert (q.pull_grads > 0).all()
+
+
 def test_the_data_dependent_size_check_sees_a_masks_indexing():
     x, keep = torch.randn(5, 3), torch.tensor([True, False, True, True, False])
     with pytest.raises(AssertionError, match="data-dependent"), _NoDataDependentShapes():

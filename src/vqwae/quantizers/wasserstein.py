@@ -103,6 +103,9 @@ class WassersteinOptions:
                                 min=0, below=1)
     pull: float = option(1.0, "vqwae: the scale of the gradient the WS term sends to the latents (the encoder's "
                          "pull toward the codes); the codebook and pi learn at full weight", min=0, max=1)
+    pull_target: float = option(0.0, "vqwae: > 0: the pull adapts, each step, so that the WS gradient on the latents "
+                                "is at most this fraction of the decoder's (EMAs of both norms; 0: a fixed pull)",
+                                min=0)
     codebook_init: str = option("data", "vqwae: codebook start: data (K latents of the first training batches) or "
                                 "normal (N(0, 1), the authors)", choices=CODEBOOK_INITS)
     codebook_update: str = option("transport", "vqwae: transport (each code moves to an EMA of the latents the OT "
@@ -133,6 +136,8 @@ class WassersteinOptions:
             unread += ("potential_steps",)
         if self.pull == 1:
             unread += ("pull",)
+        if not self.pull_target:
+            unread += ("pull_target",)
         return unread
 
 
@@ -221,6 +226,10 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
             self.register_buffer("transport_sum", torch.zeros(num_codes, dim))
             # transport updates since the codebook was drawn (split_dead waits for the EMAs to fill)
             self.register_buffer("transport_steps", torch.zeros((), dtype=torch.long))
+        if cfg.pull_target:
+            # EMAs of the squared norms of the gradients reaching the latents: the decoder's (through the
+            # straight-through estimator) and the WS term's at pull 1 (recorded by backward hooks: no host sync)
+            self.register_buffer("pull_grads", torch.zeros(2))
         self.solver = build_solver(cfg, self.groups)
 
     @property
@@ -347,6 +356,29 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         return self._output(z, self.straight_through(flat, F.embedding(indices, self.embedding)), indices, losses,
                             mask)
 
+    def _pulled(self, latents: torch.Tensor, flat_q: torch.Tensor) -> torch.Tensor:
+        """The latents handed to the WS term: their value exactly, their gradient x the pull (the second term
+        below is 0 in value). With pull_target = t the pull is min(1, t |g_dec| / |g_ws|) x ``pull``, from the
+        EMAs (decay 0.99) of the squared norms of the decoder's gradient on the quantized output and of the WS
+        term's on these latents, which backward hooks record for the next step (on the device: no host sync)."""
+        cfg = self.config
+        pull = cfg.pull
+        if cfg.pull_target and self.training and latents.requires_grad:
+            rec, ws = self.pull_grads.unbind()
+            ratio = (cfg.pull_target * (rec / ws.clamp_min(1e-30)).sqrt()).clamp(max=1.0)
+            pull = torch.where(ws > 0, ratio, torch.ones_like(ratio)) * cfg.pull
+
+            def record(i):
+                def hook(g):
+                    with torch.no_grad():
+                        self.pull_grads[i].mul_(0.99).add_(0.01 * g.float().pow(2).sum())
+                return hook
+            flat_q.register_hook(record(0))
+            pulled = latents.detach() + pull * (latents - latents.detach())
+            pulled.register_hook(record(1))  # the gradient reaching pulled: the WS term's at pull 1
+            return pulled
+        return latents if pull == 1 else latents.detach() + pull * (latents - latents.detach())
+
     def kl_to_uniform(self) -> torch.Tensor:
         """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean")."""
         log_pi = self.log_pi()
@@ -398,9 +430,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         flat_q = self.straight_through(flat, F.embedding(indices, self.embedding))
         losses = {}
         if want_loss:
-            # the latents' value exactly, their gradient x pull (the second term is 0 in value)
-            pulled = ot_flat if cfg.pull == 1 else ot_flat.detach() + cfg.pull * (ot_flat - ot_flat.detach())
-            losses["ws"] = cfg.ws_weight * self.wasserstein(pulled, search, per_sample=per_sample, keep=ot_keep)
+            losses["ws"] = cfg.ws_weight * self.wasserstein(self._pulled(ot_flat, flat_q), search, per_sample=per_sample, keep=ot_keep)
             if cfg.learn_pi and self.kl_weight:
                 kl = self.kl_weight * self.kl_to_uniform()
                 # a batch of padding only has no loss (as _padding_only), told on the device
