@@ -189,6 +189,18 @@ def test_the_grid_has_both_vqwae_rows_and_the_ablations_run_the_paper_with_the_f
     assert cpu.epochs * cpu.train_limit // 32 >= cpu.max_steps  # the epochs do not stop it first
 
 
+def test_controllability_fixes_pi_for_the_published_and_the_shipped_configuration():
+    """Issue #35: the paper's claim is checked for the shipped defaults too, with pi held at its initial value."""
+    cpu = BUDGETS["cpu"]
+    runs = [s.config_values(cpu, "ROOT") for s in runs_for("controllability", "mnist", cpu)]
+    assert all(r["learn_pi"] is False for r in runs)
+    shipped = {r["pi_init"] for r in runs if r["preset"] == "default"}
+    paper = {r["pi_init"] for r in runs if r["preset"] == cpu.ablation_preset}
+    assert shipped == {"peaked", "gaussian"} and paper == {"peaked", "gaussian", "uniform"}
+    shipped_run = next(r for r in runs if r["preset"] == "default")
+    assert "solver" not in shipped_run and "kl_weight" not in shipped_run  # every other option at its default
+
+
 def test_a_claim_decided_by_less_than_one_runs_noise_is_marked_within_noise():
     from vqwae.reproduce.claims import claim_best, claim_steadier, within_accuracy_error
     from vqwae.reproduce.report import Section, claims_summary

@@ -162,6 +162,18 @@ def pi_spec(dataset: str, mode: str, init: str, budget: Budget) -> RunSpec:
     return spec(dataset, "vqwae", preset=budget.ablation_preset, pi_init=init, **PI_MODES[mode])
 
 
+# The controllability experiment's fixed pi, per VQ-WAE row: the shipped row leaves out the uniform pi (no claim reads
+# it: a correlation with a constant is undefined; the paper's row keeps it as the pi-init table's run).
+CONTROLLED_PI = {"vqwae-paper": PI_INITS, "vqwae": ("peaked", "gaussian")}
+
+
+def controllability_spec(dataset: str, row: str, init: str, budget: Budget) -> RunSpec:
+    """A fixed pi: the published configuration's (the pi-init table's run) or the shipped defaults' (issue #35)."""
+    if row == "vqwae-paper":
+        return pi_spec(dataset, "fixed", init, budget)
+    return row_spec(dataset, row, pi_init=init, learn_pi=False)
+
+
 def lambda_spec(dataset: str, lambda_r: float, lam: float, budget: Budget) -> RunSpec:
     if (lambda_r, lam) == (1.0, 1e-3):
         return spec(dataset, "vqwae", preset=budget.ablation_preset)
@@ -199,9 +211,11 @@ def runs_for(experiment: str, dataset: str, budget: Budget) -> list[RunSpec]:
         return [row_spec(dataset, m) for m in MODELS]
     if experiment == "codebook-size":
         return [codebook_size_spec(dataset, m, k, budget) for m in MODELS for k in CODEBOOK_SIZES]
-    if experiment in ("pi-init", "controllability"):
-        modes = PI_MODES if experiment == "pi-init" else {"fixed": PI_MODES["fixed"]}
-        return [pi_spec(dataset, mode, init, budget) for mode in modes for init in PI_INITS]
+    if experiment == "pi-init":
+        return [pi_spec(dataset, mode, init, budget) for mode in PI_MODES for init in PI_INITS]
+    if experiment == "controllability":
+        return [controllability_spec(dataset, row, init, budget) for row, inits in CONTROLLED_PI.items()
+                for init in inits]
     if experiment == "lambda":
         return [lambda_spec(dataset, lr, lam, budget) for lr in LAMBDA_RS for lam in LAMBDAS]
     raise ValueError(f"unknown experiment {experiment!r}; valid: {', '.join(EXPERIMENTS)}, all")
