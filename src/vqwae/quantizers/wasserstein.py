@@ -360,7 +360,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         """The latents handed to the WS term: their value exactly, their gradient x the pull (the second term
         below is 0 in value). With pull_target = t the pull is min(1, t |g_dec| / |g_ws|) x ``pull``, from the
         EMAs (decay 0.99) of the squared norms of the decoder's gradient on the quantized output and of the WS
-        term's on these latents, which backward hooks record for the next step (on the device: no host sync)."""
+        term's on these latents, which backward hooks record for the next step (on the device: no host sync). Under DDP
+        each rank follows its own gradients (its EMAs are not all-reduced, so they differ between ranks)."""
         cfg = self.config
         pull = cfg.pull
         if cfg.pull_target and self.training and latents.requires_grad:
