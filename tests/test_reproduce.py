@@ -70,7 +70,8 @@ def test_smoke_runs_every_experiment_and_writes_the_report(smoke):
         assert img.stat().st_size > 1000
     results = json.loads((rep / "results.json").read_text())
     vgg = (SHARED / "weights" / "lpips" / "vgg16_features.pth").is_file()
-    distinct = {s for e in ("recon", "codebook-size", "pi-init", "lambda") for s in runs_for(e, "digits", BUDGETS["smoke"])}
+    distinct = {s for e in ("recon", "codebook-size", "pi-init", "lambda", "controllability")
+                for s in runs_for(e, "digits", BUDGETS["smoke"])}
     assert len(results) == len(distinct) + (2 if vgg else 0)  # + the two FFHQ rows
     one = next(iter(results.values()))
     for key in ("mse", "psnr", "ssim", "perplexity", "codes_used", "rfid", "lpips"):
