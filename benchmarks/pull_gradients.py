@@ -49,7 +49,7 @@ def main():
     rows, acc = [], []
     for step, x in training_batches(train, args.steps, args.seed):
         mask = random_mask(len(x), mask_gen) if args.host == "sequence" else None
-        z, q, _, qloss, out = model(x, mask)
+        z, _, _, qloss, out = model(x, mask)
         rec = host.train_loss(out, x, mask)
         g_rec, = torch.autograd.grad(rec, z, retain_graph=True)
         g_ws, = torch.autograd.grad(qloss, z, retain_graph=True)

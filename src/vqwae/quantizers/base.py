@@ -215,6 +215,14 @@ def fp32(fn):
     return wrapper
 
 
+def scale_gradient(x: torch.Tensor, scale) -> torch.Tensor:
+    """x's value exactly (the second term is 0 in value), its gradient x ``scale`` (a number or a tensor): how far a
+    loss pulls what produced x (the pull of ``ResidualQuantizer`` and of ``WassersteinQuantizer``)."""
+    if isinstance(scale, (int, float)) and scale == 1:
+        return x
+    return x.detach() + scale * (x - x.detach())
+
+
 def masked_square_sum(x: torch.Tensor, keep: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum of x^2 over the real latents, how many elements that is) for (B, M, D) latents; ``keep``: (B, M),
     True / 1 for a real latent, or None for all. Kept apart so that DDP can sum both before dividing.

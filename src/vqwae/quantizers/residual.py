@@ -35,7 +35,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from vqwae.quantizers.base import Quantizer, QuantizerOutput
+from vqwae.quantizers.base import Quantizer, QuantizerOutput, scale_gradient
 
 
 @dataclass
@@ -79,9 +79,7 @@ class ResidualQuantizer(nn.Module):
         residual, total = z, None
         indices, perplexity, losses = [], [], {}
         for level, q in enumerate(self.levels[:n], 1):
-            # the value of residual exactly (the second term is 0), the gradient to the encoder x pull
-            pulled = residual if self.pull == 1 else residual.detach() + self.pull * (residual - residual.detach())
-            out = q(pulled, mask, compute_loss=compute_loss)
+            out = q(scale_gradient(residual, self.pull), mask, compute_loss=compute_loss)
             codes = out.quantized.detach()  # this level's codewords (the straight-through value)
             total = codes if total is None else total + codes
             residual = residual - codes

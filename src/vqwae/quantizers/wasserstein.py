@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -43,7 +44,7 @@ from vqwae.options import check_fields, option
 from vqwae.ot import SOLVERS as SOLVER_CLASSES
 from vqwae.ot import build_solver
 from vqwae.ot.semidiscrete import CHUNK_ENTRIES, default_potential_lr
-from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, _choice, fp32
+from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, _choice, fp32, scale_gradient
 from vqwae.quantizers.transport_codebook import TransportCodebook
 from vqwae.quantizers.upgrade import upgrade_wasserstein_state_dict
 
@@ -357,28 +358,25 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
                             mask)
 
     def _pulled(self, latents: torch.Tensor, flat_q: torch.Tensor) -> torch.Tensor:
-        """The latents handed to the WS term: their value exactly, their gradient x the pull (the second term
-        below is 0 in value). With pull_target = t the pull is min(1, t |g_dec| / |g_ws|) x ``pull``, from the
-        EMAs (decay 0.99) of the squared norms of the decoder's gradient on the quantized output and of the WS
-        term's on these latents, which backward hooks record for the next step (on the device: no host sync). Under DDP
-        each rank follows its own gradients (its EMAs are not all-reduced, so they differ between ranks)."""
+        """The latents handed to the WS term: their value, their gradient x the pull. With pull_target = t the
+        pull is min(1, t |g_dec| / |g_ws|) x ``pull``, from the EMAs (decay 0.99) of the squared norms of the
+        decoder's gradient on the quantized output and of the WS term's on these latents, which backward hooks
+        record for the next step (on the device: no host sync). Under DDP each rank follows its own gradients (its
+        EMAs are not all-reduced, so they differ between ranks)."""
         cfg = self.config
-        pull = cfg.pull
-        if cfg.pull_target and self.training and latents.requires_grad:
-            rec, ws = self.pull_grads.unbind()
-            ratio = (cfg.pull_target * (rec / ws.clamp_min(1e-30)).sqrt()).clamp(max=1.0)
-            pull = torch.where(ws > 0, ratio, torch.ones_like(ratio)) * cfg.pull
+        if not (cfg.pull_target and self.training and latents.requires_grad):
+            return scale_gradient(latents, cfg.pull)
+        dec, ws = self.pull_grads.unbind()
+        adaptive = (cfg.pull_target * (dec / ws.clamp_min(1e-30)).sqrt()).clamp(max=1.0)
+        pulled = scale_gradient(latents, torch.where(ws > 0, adaptive, 1.0) * cfg.pull)  # 1 until the EMAs have data
+        flat_q.register_hook(partial(self._record_gradient, 0))
+        pulled.register_hook(partial(self._record_gradient, 1))  # the gradient reaching pulled: the WS term's at pull 1
+        return pulled
 
-            def record(i):
-                def hook(g):
-                    with torch.no_grad():
-                        self.pull_grads[i].mul_(0.99).add_(0.01 * g.float().pow(2).sum())
-                return hook
-            flat_q.register_hook(record(0))
-            pulled = latents.detach() + pull * (latents - latents.detach())
-            pulled.register_hook(record(1))  # the gradient reaching pulled: the WS term's at pull 1
-            return pulled
-        return latents if pull == 1 else latents.detach() + pull * (latents - latents.detach())
+    @torch.no_grad()
+    def _record_gradient(self, which: int, grad: torch.Tensor) -> None:
+        """A backward hook of pull_target: feeds pull_grads[which] (0: the decoder's, 1: the WS term's)."""
+        self.pull_grads[which].mul_(0.99).add_(0.01 * grad.float().pow(2).sum())
 
     def kl_to_uniform(self) -> torch.Tensor:
         """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean")."""
@@ -431,7 +429,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         flat_q = self.straight_through(flat, F.embedding(indices, self.embedding))
         losses = {}
         if want_loss:
-            losses["ws"] = cfg.ws_weight * self.wasserstein(self._pulled(ot_flat, flat_q), search, per_sample=per_sample, keep=ot_keep)
+            losses["ws"] = cfg.ws_weight * self.wasserstein(self._pulled(ot_flat, flat_q), search,
+                                                            per_sample=per_sample, keep=ot_keep)
             if cfg.learn_pi and self.kl_weight:
                 kl = self.kl_weight * self.kl_to_uniform()
                 # a batch of padding only has no loss (as _padding_only), told on the device
