@@ -12,11 +12,13 @@ SHARED = Path(os.environ.get("VQWAE_SHARED", REPO.parent / "shared"))
 
 
 @pytest.fixture(autouse=True)
-def _deterministic():
+def _deterministic(monkeypatch):
     # One thread: the tests' tensors are small, and on a shared 2-core machine two threads were measured up
-    # to 20x slower for them.
+    # to 20x slower for them. VQWAE_THREADS pins what vqwae's commands would otherwise guess from the CPUs not
+    # busy: two runs compared bit for bit must not get different thread counts because other work started.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    monkeypatch.setenv("VQWAE_THREADS", "1")
     torch.manual_seed(0)
     yield
     torch.set_num_threads(threads)

@@ -537,6 +537,7 @@ def test_metric_threads_leave_cpus_that_other_work_keeps_busy(tmp_path, monkeypa
     p.write_text("7.90 3.10 1.20 1/412 12345\n")  # only the reader: the machine is idle whatever the average
     assert threadmod._runnable_others(readings=1, interval=0, path=str(p)) == 0
     assert threadmod._runnable_others(readings=1, interval=0, path=str(tmp_path / "missing")) == 0
+    monkeypatch.delenv(threadmod.ENV)  # the guess, not the pin that conftest sets for every test
     monkeypatch.setattr(threadmod.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     for others, expected in ((0, 4), (1, 3), (3, 1), (9, 1)):
         monkeypatch.setattr(threadmod, "_runnable_others", lambda others=others: others)

@@ -168,6 +168,45 @@ def test_fixed_pi_controls_code_usage(pi_init):
     assert corr >= 0.9, (corr, usage, q.pi[0])  # measured: 0.911 peaked, 0.929 gaussian
 
 
+@pytest.mark.parametrize("pi_init", ["peaked", "gaussian"])
+def test_quantize_transport_makes_usage_follow_a_fixed_pi_with_the_shipped_solver(pi_init):
+    """quantize="transport": each latent gets its code under the semidiscrete map, argmin ||z - c_k||^2 - g_k, so
+    the usage is the transport cells' masses, pi at the potential's optimum; the nearest code's usage lags."""
+    corr = {}
+    for quantize in ("nearest", "transport"):
+        torch.manual_seed(0)
+        q = WassersteinQuantizer(num_codes=16, dim=DIM, num_positions=1, pi_init=pi_init, learn_pi=False,
+                                 quantize=quantize)
+        usage = train_codebook_only(q)
+        corr[quantize] = float(torch.corrcoef(torch.stack([usage / usage.sum(), q.pi[0]]))[0, 1])
+    # measured, nearest / transport: peaked 0.836 / 0.992, gaussian 0.829 / 0.963
+    assert corr["transport"] >= 0.95 and corr["transport"] > corr["nearest"] + 0.05, corr
+
+
+def test_quantize_transport_uses_the_solvers_map_in_training_and_at_eval():
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=DIM, pi_init="peaked", learn_pi=False, quantize="transport",
+                             channel_last=True)
+    for _ in range(5):
+        q(mixture(256, gen)[:, None])  # the codebook drawn, the potential stepped
+    x = mixture(64, gen)[:, None]  # (B, 1, D)
+
+    def power_cells():
+        costs = torch.cdist(x[:, 0], q.embedding).pow(2) - q.solver.code_potential()
+        return costs.argmin(-1)[:, None]
+
+    assert q.solver.code_potential().abs().sum() > 0
+    expected = power_cells()  # training: the map of the potential before this step's ascent
+    assert torch.equal(q(x).indices, expected)
+    q.eval()
+    out = q(x)
+    assert torch.equal(out.indices, power_cells()) and not torch.equal(out.indices, q.nearest(x))
+    assert torch.equal(out.quantized, q.indices_to_latents(out.indices))
+    with pytest.raises(ValueError, match="quantize='transport' needs solver='semidiscrete'"):
+        WassersteinQuantizer(num_codes=16, dim=DIM, quantize="transport", solver="exact")
+
+
 def test_uniform_pi_uses_the_whole_codebook_where_vq_vae_leaves_dead_codes():
     torch.manual_seed(0)
     wae = WassersteinQuantizer(num_codes=16, dim=DIM, num_positions=1, solver="exact", ws_weight=1.0, **PAPER_CODEBOOK)

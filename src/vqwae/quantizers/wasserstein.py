@@ -52,6 +52,7 @@ SOLVERS = tuple(SOLVER_CLASSES)
 PI_INITS = ("uniform", "peaked", "gaussian")
 CODEBOOK_INITS = ("normal", "data")
 CODEBOOK_UPDATES = ("gradient", "transport")
+QUANTIZE = ("nearest", "transport")
 
 
 def default_kl_weight(shared: bool) -> float:
@@ -117,11 +118,16 @@ class WassersteinOptions:
     split_dead: float = option(0.1, "vqwae semidiscrete, transport codebook: a code whose transported share falls "
                                "below this fraction of pi_k takes half of the most overloaded cell (0: never; "
                                "BENCHMARKS.md section 13)", min=0, below=1)
+    quantize: str = option("nearest", "vqwae: the code each latent is replaced by: nearest, or transport (semidiscrete: "
+                           "the solver's map argmin ||z - c_k||^2 - g_k, whose usage follows pi)", choices=QUANTIZE)
     chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
                                 min=1)
 
     def __post_init__(self):
         check_fields(self)
+        if self.quantize == "transport" and self.solver != "semidiscrete":
+            raise ValueError(f"quantize='transport' needs solver='semidiscrete' (the map of its potential), got "
+                             f"solver={self.solver!r}")
 
     @property
     def splits_dead_cells(self) -> bool:
@@ -139,6 +145,8 @@ class WassersteinOptions:
             unread += ("pull",)
         if not self.pull_target:
             unread += ("pull_target",)
+        if self.quantize == "nearest":
+            unread += ("quantize",)
         return unread
 
 
@@ -378,6 +386,12 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         """A backward hook of pull_target: feeds pull_grads[which] (0: the decoder's, 1: the WS term's)."""
         self.pull_grads[which].mul_(0.99).add_(0.01 * grad.float().pow(2).sum())
 
+    def transport_map(self, flat: torch.Tensor) -> torch.Tensor:
+        """(B, M, D) -> (B, M) indices under the semidiscrete solver's transport map, argmin_k ||z - c_k||^2 - g_k
+        (g: its potential, per position or shared; a latent's cell needs no batch)."""
+        self._check_positions(flat)
+        return self.solver.search(flat, self.embedding)[1][0].view(flat.shape[:2])
+
     def kl_to_uniform(self) -> torch.Tensor:
         """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean")."""
         log_pi = self.log_pi()
@@ -422,10 +436,12 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
             self._check_positions(ot_flat)  # before the search, whose grouping assumes the positions
             # One distance computation serves quantization (nearest codes) and the OT (transport assignment).
             ot_indices, search = self.solver.search(ot_flat, self.embedding, keep=ot_keep)
+            if cfg.quantize == "transport":
+                ot_indices = search[0].view(ot_indices.shape)
             # every latent, the padding included, is quantized in the same search (unless the mask selected them)
             indices = ot_indices if mask is None or ot_keep is not None else self.nearest(flat)
         else:
-            indices = self.nearest(flat)  # (B, M)
+            indices = self.transport_map(flat) if cfg.quantize == "transport" else self.nearest(flat)  # (B, M)
         flat_q = self.straight_through(flat, F.embedding(indices, self.embedding))
         losses = {}
         if want_loss:

@@ -164,14 +164,19 @@ def pi_spec(dataset: str, mode: str, init: str, budget: Budget) -> RunSpec:
 
 # The controllability experiment's fixed pi, per VQ-WAE row: the shipped row leaves out the uniform pi (no claim reads
 # it: a correlation with a constant is undefined; the paper's row keeps it as the pi-init table's run).
-CONTROLLED_PI = {"vqwae-paper": PI_INITS, "vqwae": ("peaked", "gaussian")}
+# The fixed-pi runs: (row, the quantization the decoder receives) -> pi forms. The shipped defaults are checked with
+# the nearest code and with quantize="transport", the option a user sets to control usage (BENCHMARKS.md 24).
+CONTROLLED_PI = {("vqwae-paper", "nearest"): PI_INITS, ("vqwae", "nearest"): ("peaked", "gaussian"),
+                 ("vqwae", "transport"): ("peaked", "gaussian")}
 
 
-def controllability_spec(dataset: str, row: str, init: str, budget: Budget) -> RunSpec:
-    """A fixed pi: the published configuration's (the pi-init table's run) or the shipped defaults' (issue #35)."""
+def controllability_spec(dataset: str, row: str, init: str, budget: Budget, quantize: str = "nearest") -> RunSpec:
+    """A fixed pi: the published configuration's (the pi-init table's run) or the shipped defaults' (issue #35),
+    with the nearest code or (``quantize="transport"``) the solver's transport map handed to the decoder."""
     if row == "vqwae-paper":
         return pi_spec(dataset, "fixed", init, budget)
-    return row_spec(dataset, row, pi_init=init, learn_pi=False)
+    extra = {} if quantize == "nearest" else {"quantize": quantize}
+    return row_spec(dataset, row, pi_init=init, learn_pi=False, **extra)
 
 
 def lambda_spec(dataset: str, lambda_r: float, lam: float, budget: Budget) -> RunSpec:
@@ -214,8 +219,8 @@ def runs_for(experiment: str, dataset: str, budget: Budget) -> list[RunSpec]:
     if experiment == "pi-init":
         return [pi_spec(dataset, mode, init, budget) for mode in PI_MODES for init in PI_INITS]
     if experiment == "controllability":
-        return [controllability_spec(dataset, row, init, budget) for row, inits in CONTROLLED_PI.items()
-                for init in inits]
+        return [controllability_spec(dataset, row, init, budget, quantize)
+                for (row, quantize), inits in CONTROLLED_PI.items() for init in inits]
     if experiment == "lambda":
         return [lambda_spec(dataset, lr, lam, budget) for lr in LAMBDA_RS for lam in LAMBDAS]
     raise ValueError(f"unknown experiment {experiment!r}; valid: {', '.join(EXPERIMENTS)}, all")
