@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vqwae.models.pretrained import WEIGHTS_NAME, PretrainedMixin
+from vqwae.models.pretrained import PretrainedMixin
 
 CONFIG_NAME = "config.json"
 MODEL_TYPE = "gated_pixelcnn"

@@ -19,7 +19,8 @@ from torch import nn
 from vqwae.files import append_line, atomic_torch_save, atomic_write_text
 from vqwae.models.pretrained import weights_fingerprint  # noqa: F401  (re-exported: vqwae.prior's API)
 from vqwae.progress import progress_bar
-from vqwae.prior.pixelcnn import WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
+from vqwae.models.pretrained import WEIGHTS_NAME
+from vqwae.prior.pixelcnn import GatedPixelCNN, PixelCNNConfig
 
 LN2 = math.log(2.0)
 METRICS_NAME = "metrics.jsonl"

@@ -12,7 +12,7 @@ from vqwae.data import DatasetInfo, load_split
 from vqwae.models import VQAutoencoder
 from vqwae.options import SCHEDULE, WHERE, names_with_role
 from vqwae.training.config import TrainConfig
-from vqwae.training.folder import (  # noqa: F401  (re-exported: the run folder's names and writers)
+from vqwae.training.folder import (  # re-exported (__all__): the run folder's names and writers
     CONFIG, MODEL_WEIGHTS, MODEL_CONFIG, METRICS, STATE, LOCK, EVAL, TRAINING_CURVES, TSNE, TENSORBOARD, SAMPLES,
     PRIOR, ALT_PRIORS, RECORD_FILES, code_usage_json, code_usage_png, reconstructions_png, record_files,
     has_weights, model_fingerprint, existing_run_files, check_trained, write_config, last_epoch, read_metrics,
@@ -20,6 +20,14 @@ from vqwae.training.folder import (  # noqa: F401  (re-exported: the run folder'
 )
 
 PathLike = str | os.PathLike
+
+__all__ = [  # this module's own, then the run folder's names and writers re-exported from vqwae.training.folder
+    "read_config", "RESUME_CHANGEABLE", "resume_config", "load_model", "load_run_split", "data_root_of",
+    "CONFIG", "MODEL_WEIGHTS", "MODEL_CONFIG", "METRICS", "STATE", "LOCK", "EVAL", "TRAINING_CURVES", "TSNE",
+    "TENSORBOARD", "SAMPLES", "PRIOR", "ALT_PRIORS", "RECORD_FILES", "code_usage_json", "code_usage_png",
+    "reconstructions_png", "record_files", "has_weights", "model_fingerprint", "existing_run_files", "check_trained",
+    "write_config", "last_epoch", "read_metrics", "append_metrics", "truncate_metrics", "read_eval", "update_eval",
+]
 
 
 # ---- config -------------------------------------------------------------------------------------------

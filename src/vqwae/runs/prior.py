@@ -31,7 +31,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from vqwae.figures.image_folder import save_image_folder
-from vqwae.prior.pixelcnn import CONFIG_NAME, WEIGHTS_NAME, GatedPixelCNN, PixelCNNConfig
+from vqwae.models.pretrained import WEIGHTS_NAME
+from vqwae.prior.pixelcnn import CONFIG_NAME, GatedPixelCNN, PixelCNNConfig
 from vqwae.prior.sampling import sample as sample_codes
 from vqwae.prior.train import SUMMARY_NAME, PriorTrainResult, cached_codes, train_prior
 from vqwae.data.codes import CodesDataset
