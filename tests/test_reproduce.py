@@ -196,9 +196,9 @@ def test_controllability_fixes_pi_for_the_published_and_the_shipped_configuratio
     runs = [s.config_values(cpu, "ROOT") for s in runs_for("controllability", "mnist", cpu)]
     assert all(r["learn_pi"] is False for r in runs)
     shipped = {(r["pi_init"], r.get("quantize", "nearest")) for r in runs if r["preset"] == "default"}
-    paper = {r["pi_init"] for r in runs if r["preset"] == cpu.ablation_preset}
+    paper = {(r["pi_init"], r.get("quantize", "nearest")) for r in runs if r["preset"] == cpu.ablation_preset}
     assert shipped == {(p, q) for p in ("peaked", "gaussian") for q in ("nearest", "transport")}
-    assert paper == {"peaked", "gaussian", "uniform"}
+    assert paper == {("uniform", "nearest")} | shipped
     shipped_run = next(r for r in runs if r["preset"] == "default" and "quantize" not in r)
     assert "solver" not in shipped_run and "kl_weight" not in shipped_run  # every other option at its default
 

@@ -156,26 +156,26 @@ def codebook_size_spec(dataset: str, row: str, k: int, budget: Budget) -> RunSpe
     return row_spec(dataset, row, **extra)
 
 
-def pi_spec(dataset: str, mode: str, init: str, budget: Budget) -> RunSpec:
-    if mode == "learned_kl1" and init == "uniform":
+def pi_spec(dataset: str, mode: str, init: str, budget: Budget, **settings) -> RunSpec:
+    if mode == "learned_kl1" and init == "uniform" and not settings:
         return spec(dataset, "vqwae", preset=budget.ablation_preset)
-    return spec(dataset, "vqwae", preset=budget.ablation_preset, pi_init=init, **PI_MODES[mode])
+    return spec(dataset, "vqwae", preset=budget.ablation_preset, pi_init=init, **PI_MODES[mode], **settings)
 
 
 # The controllability experiment's fixed pi, per VQ-WAE row: the shipped row leaves out the uniform pi (no claim reads
 # it: a correlation with a constant is undefined; the paper's row keeps it as the pi-init table's run).
 # The fixed-pi runs: (row, the quantization the decoder receives) -> pi forms. The shipped defaults are checked with
 # the nearest code and with quantize="transport", the option a user sets to control usage (BENCHMARKS.md 24).
-CONTROLLED_PI = {("vqwae-paper", "nearest"): PI_INITS, ("vqwae", "nearest"): ("peaked", "gaussian"),
-                 ("vqwae", "transport"): ("peaked", "gaussian")}
+CONTROLLED_PI = {("vqwae-paper", "nearest"): PI_INITS, ("vqwae-paper", "transport"): ("peaked", "gaussian"),
+                 ("vqwae", "nearest"): ("peaked", "gaussian"), ("vqwae", "transport"): ("peaked", "gaussian")}
 
 
 def controllability_spec(dataset: str, row: str, init: str, budget: Budget, quantize: str = "nearest") -> RunSpec:
     """A fixed pi: the published configuration's (the pi-init table's run) or the shipped defaults' (issue #35),
     with the nearest code or (``quantize="transport"``) the solver's transport map handed to the decoder."""
-    if row == "vqwae-paper":
-        return pi_spec(dataset, "fixed", init, budget)
     extra = {} if quantize == "nearest" else {"quantize": quantize}
+    if row == "vqwae-paper":
+        return pi_spec(dataset, "fixed", init, budget, **extra)
     return row_spec(dataset, row, pi_init=init, learn_pi=False, **extra)
 
 
