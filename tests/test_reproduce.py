@@ -195,11 +195,15 @@ def test_controllability_fixes_pi_for_the_published_and_the_shipped_configuratio
     cpu = BUDGETS["cpu"]
     runs = [s.config_values(cpu, "ROOT") for s in runs_for("controllability", "mnist", cpu)]
     assert all(r["learn_pi"] is False for r in runs)
-    shipped = {(r["pi_init"], r.get("quantize", "nearest")) for r in runs if r["preset"] == "default"}
-    paper = {(r["pi_init"], r.get("quantize", "nearest")) for r in runs if r["preset"] == cpu.ablation_preset}
-    assert shipped == {(p, q) for p in ("peaked", "gaussian") for q in ("nearest", "transport")}
-    assert paper == {("uniform", "nearest")} | shipped
+    def controls(preset):
+        return {(r["pi_init"], r.get("quantize", "nearest"), r.get("pull", 1.0)) for r in runs if r["preset"] == preset}
+
+    both = {(p, q, 1.0) for p in ("peaked", "gaussian") for q in ("nearest", "transport")}
+    assert controls("default") == both | {("peaked", "transport", 0.1), ("gaussian", "transport", 0.1)}
+    assert controls(cpu.ablation_preset) == {("uniform", "nearest", 1.0)} | both
     shipped_run = next(r for r in runs if r["preset"] == "default" and "quantize" not in r)
+    recipe = next(r for r in runs if r.get("pull") == 0.1)
+    assert (recipe["quantize"], recipe["codebook_decay"], recipe["learn_pi"]) == ("transport", 0.95, False)
     assert "solver" not in shipped_run and "kl_weight" not in shipped_run  # every other option at its default
 
 

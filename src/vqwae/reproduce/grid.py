@@ -164,16 +164,25 @@ def pi_spec(dataset: str, mode: str, init: str, budget: Budget, **settings) -> R
 
 # The controllability experiment's fixed pi, per VQ-WAE row: the shipped row leaves out the uniform pi (no claim reads
 # it: a correlation with a constant is undefined; the paper's row keeps it as the pi-init table's run).
-# The fixed-pi runs: (row, the quantization the decoder receives) -> pi forms. The shipped defaults are checked with
-# the nearest code and with quantize="transport", the option a user sets to control usage (BENCHMARKS.md 24).
+# The fixed-pi runs: (row, how the decoder's code is chosen) -> pi forms. "nearest": the row as it is; "transport":
+# quantize="transport" (the solver's transport map); "recipe": CONTROL_RECIPE, what the README tells a user who wants
+# usage to follow a fixed pi (BENCHMARKS.md 24, 26).
+CONTROL_RECIPE = {"quantize": "transport", "codebook_decay": 0.95, "pull": 0.1}
 CONTROLLED_PI = {("vqwae-paper", "nearest"): PI_INITS, ("vqwae-paper", "transport"): ("peaked", "gaussian"),
-                 ("vqwae", "nearest"): ("peaked", "gaussian"), ("vqwae", "transport"): ("peaked", "gaussian")}
+                 ("vqwae", "nearest"): ("peaked", "gaussian"), ("vqwae", "transport"): ("peaked", "gaussian"),
+                 ("vqwae", "recipe"): ("peaked", "gaussian")}
 
 
-def controllability_spec(dataset: str, row: str, init: str, budget: Budget, quantize: str = "nearest") -> RunSpec:
+def control_settings(control: str) -> dict:
+    """The options a controllability variant sets beyond its row ("nearest", "transport" or "recipe")."""
+    return {"nearest": {}, "transport": {"quantize": "transport"}, "recipe": CONTROL_RECIPE}[control]
+
+
+def controllability_spec(dataset: str, row: str, init: str, budget: Budget, control: str = "nearest") -> RunSpec:
     """A fixed pi: the published configuration's (the pi-init table's run) or the shipped defaults' (issue #35),
-    with the nearest code or (``quantize="transport"``) the solver's transport map handed to the decoder."""
-    extra = {} if quantize == "nearest" else {"quantize": quantize}
+    with the nearest code, the solver's transport map (``"transport"``) or the whole control recipe handed to the
+    decoder."""
+    extra = control_settings(control)
     if row == "vqwae-paper":
         return pi_spec(dataset, "fixed", init, budget, **extra)
     return row_spec(dataset, row, pi_init=init, learn_pi=False, **extra)
@@ -219,8 +228,8 @@ def runs_for(experiment: str, dataset: str, budget: Budget) -> list[RunSpec]:
     if experiment == "pi-init":
         return [pi_spec(dataset, mode, init, budget) for mode in PI_MODES for init in PI_INITS]
     if experiment == "controllability":
-        return [controllability_spec(dataset, row, init, budget, quantize)
-                for (row, quantize), inits in CONTROLLED_PI.items() for init in inits]
+        return [controllability_spec(dataset, row, init, budget, control)
+                for (row, control), inits in CONTROLLED_PI.items() for init in inits]
     if experiment == "lambda":
         return [lambda_spec(dataset, lr, lam, budget) for lr in LAMBDA_RS for lam in LAMBDAS]
     raise ValueError(f"unknown experiment {experiment!r}; valid: {', '.join(EXPERIMENTS)}, all")

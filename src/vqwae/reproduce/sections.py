@@ -17,7 +17,7 @@ from vqwae.reproduce import paper_numbers as P
 from vqwae.reproduce.grid import (BASELINES, CODEBOOK_SIZES, CONTROLLED_PI, FFHQ_MODELS, LAMBDA_RS, LAMBDAS, MODELS,
                                   PI_INITS,
                                   PAPER_ROWS, PI_MODES, WAE_ROWS, Budget, RunSpec, codebook_size_spec, eval_level, ffhq_spec,
-                                  controllability_spec, lambda_spec, pi_spec, row_spec)
+                                  control_settings, controllability_spec, lambda_spec, pi_spec, row_spec)
 from vqwae.reproduce.claims import (NAMES, claim_best, vqwae_best, claim_steadier, usage_against_pi,
                                    within_accuracy_error, within_seed_spread, within_silhouette_spread)
 from vqwae.reproduce.report import Claim, Section, fmt
@@ -159,10 +159,10 @@ def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
 
     rows, claims = [], []
     for d in datasets:
-        for (row, quantize), inits in CONTROLLED_PI.items():
-            how = "" if quantize == "nearest" else f", quantize={quantize}"
+        for (row, control), inits in CONTROLLED_PI.items():
+            how = "".join(f", {k}={v}" for k, v in control_settings(control).items())
             for init in inits:
-                s = controllability_spec(d, row, init, b, quantize)
+                s = controllability_spec(d, row, init, b, control)
                 usage = _usage(results, s)
                 corr, tv = usage_against_pi(usage, initial_pi(init, 1, len(usage))[0].numpy())
                 rows.append([d, NAMES[row] + how, init, fmt(corr), fmt(tv), fmt(_get(results, s, "perplexity")),
@@ -174,7 +174,8 @@ def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
              "quantize=transport the semidiscrete solver's transport map (argmin ||z - c_k||^2 - g_k, the assignment "
              "the WS term trains on). BENCHMARKS.md section 12 sets the nearest code beside that map for the paper's "
              "runs. The paper's row is the pi-init table's fixed-pi run; the shipped rows are every default with pi "
-             "fixed at its initial value (and quantize=transport, the option that controls usage)."]
+             "fixed at its initial value, then with quantize=transport, then with the README's recipe for controlled "
+             "usage (quantize=transport, codebook_decay=0.95, pull=0.1)."]
     return Section("Controllability", "Figure 'Different initialization of Codebook' (fig:init), as a number"
                    + _ablation(b), ["dataset", "model", "fixed pi", "corr(usage, pi)", "total variation", "perplexity",
                     "test MSE"],
