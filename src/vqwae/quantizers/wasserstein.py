@@ -26,6 +26,8 @@ Solvers for W:
 codebook (their "global" variant), its value scaled by M so that ws_weight means the same in both modes.
 ``codebook_init="data"`` draws the codewords from the first training batches' latents (recommended for
 training: with the N(0, 1) codebook and near-zero initial latents, usage starts at one code).
+``quantize="transport"`` (semidiscrete) replaces each latent by its code under the transport map instead of the
+nearest code, so that the decoder's usage follows a fixed pi (BENCHMARKS.md sections 24-26).
 """
 from __future__ import annotations
 
