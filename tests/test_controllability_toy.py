@@ -1,7 +1,8 @@
 """Issue #35, goal 1(a): the controllability toy as a test. The toy is defined once, in
 benchmarks/controllability_toy.py (8-D Gaussian mixture, MLP encoder and decoder, K = 16, one position, 1,500 steps
-of 256, Adam 3e-3; everything learns); these tests run it on three seeds with the README's recipe for controlled
-usage, ``vqwae.reproduce.grid.CONTROL_RECIPE`` (BENCHMARKS.md section 26). About 10 s per run on one thread."""
+of 256, Adam 3e-3; everything learns); these tests run it on three seeds with the toy's recipe for controlled
+usage, ``vqwae.reproduce.grid.CONTROL_RECIPE`` (BENCHMARKS.md section 26; on MNIST it does not hold, so the README
+advises quantize="transport" alone). About 10 s per run on one thread."""
 from __future__ import annotations
 
 import importlib.util

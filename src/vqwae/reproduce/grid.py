@@ -165,8 +165,8 @@ def pi_spec(dataset: str, mode: str, init: str, budget: Budget, **settings) -> R
 # The controllability experiment's fixed pi, per VQ-WAE row: the shipped row leaves out the uniform pi (no claim reads
 # it: a correlation with a constant is undefined; the paper's row keeps it as the pi-init table's run).
 # The fixed-pi runs: (row, how the decoder's code is chosen) -> pi forms. "nearest": the row as it is; "transport":
-# quantize="transport" (the solver's transport map); "recipe": CONTROL_RECIPE, what the README tells a user who wants
-# usage to follow a fixed pi (BENCHMARKS.md 24, 26).
+# quantize="transport" (the solver's transport map, what the README tells a user who wants usage to follow a fixed
+# pi); "recipe": CONTROL_RECIPE, the toy's best combination, which holds on CIFAR-10 and not on MNIST (BENCHMARKS.md 24, 26).
 CONTROL_RECIPE = {"quantize": "transport", "codebook_decay": 0.95, "pull": 0.1}
 CONTROLLED_PI = {("vqwae-paper", "nearest"): PI_INITS, ("vqwae-paper", "transport"): ("peaked", "gaussian"),
                  ("vqwae", "nearest"): ("peaked", "gaussian"), ("vqwae", "transport"): ("peaked", "gaussian"),

@@ -174,7 +174,7 @@ def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
              "quantize=transport the semidiscrete solver's transport map (argmin ||z - c_k||^2 - g_k, the assignment "
              "the WS term trains on). BENCHMARKS.md section 12 sets the nearest code beside that map for the paper's "
              "runs. The paper's row is the pi-init table's fixed-pi run; the shipped rows are every default with pi "
-             "fixed at its initial value, then with quantize=transport, then with the README's recipe for controlled "
+             "fixed at its initial value, then with quantize=transport, then with the toy's recipe for controlled "
              "usage (quantize=transport, codebook_decay=0.95, pull=0.1)."]
     return Section("Controllability", "Figure 'Different initialization of Codebook' (fig:init), as a number"
                    + _ablation(b), ["dataset", "model", "fixed pi", "corr(usage, pi)", "total variation", "perplexity",
