@@ -162,27 +162,24 @@ def pi_spec(dataset: str, mode: str, init: str, budget: Budget, **settings) -> R
     return spec(dataset, "vqwae", preset=budget.ablation_preset, pi_init=init, **PI_MODES[mode], **settings)
 
 
-# The controllability experiment's fixed pi, per VQ-WAE row: the shipped row leaves out the uniform pi (no claim reads
-# it: a correlation with a constant is undefined; the paper's row keeps it as the pi-init table's run).
-# The fixed-pi runs: (row, how the decoder's code is chosen) -> pi forms. "nearest": the row as it is; "transport":
-# quantize="transport" (the solver's transport map, what the README tells a user who wants usage to follow a fixed
-# pi); "recipe": CONTROL_RECIPE, the toy's best combination, which holds on CIFAR-10 and not on MNIST (BENCHMARKS.md 24, 26).
+# The controllability experiment's fixed-pi runs: (VQ-WAE row, control variant) -> pi forms. The shipped rows leave
+# out the uniform pi (no claim reads it: a correlation with a constant is undefined; the paper's row keeps it as the
+# pi-init table's run). A variant is the options it sets beyond its row (CONTROLS): "nearest", the row as it is;
+# "transport", quantize="transport" (the solver's transport map, what the README tells a user who wants usage to
+# follow a fixed pi); "recipe", the toy's best combination, which holds on CIFAR-10 and not on MNIST (BENCHMARKS.md
+# 24, 26).
 CONTROL_RECIPE = {"quantize": "transport", "codebook_decay": 0.95, "pull": 0.1}
+CONTROLS = {"nearest": {}, "transport": {"quantize": "transport"}, "recipe": CONTROL_RECIPE}
 CONTROLLED_PI = {("vqwae-paper", "nearest"): PI_INITS, ("vqwae-paper", "transport"): ("peaked", "gaussian"),
                  ("vqwae", "nearest"): ("peaked", "gaussian"), ("vqwae", "transport"): ("peaked", "gaussian"),
                  ("vqwae", "recipe"): ("peaked", "gaussian")}
-
-
-def control_settings(control: str) -> dict:
-    """The options a controllability variant sets beyond its row ("nearest", "transport" or "recipe")."""
-    return {"nearest": {}, "transport": {"quantize": "transport"}, "recipe": CONTROL_RECIPE}[control]
 
 
 def controllability_spec(dataset: str, row: str, init: str, budget: Budget, control: str = "nearest") -> RunSpec:
     """A fixed pi: the published configuration's (the pi-init table's run) or the shipped defaults' (issue #35),
     with the nearest code, the solver's transport map (``"transport"``) or the whole control recipe handed to the
     decoder."""
-    extra = control_settings(control)
+    extra = CONTROLS[control]
     if row == "vqwae-paper":
         return pi_spec(dataset, "fixed", init, budget, **extra)
     return row_spec(dataset, row, pi_init=init, learn_pi=False, **extra)

@@ -14,10 +14,10 @@ from vqwae.metrics.fid import load_inception
 from vqwae.metrics.fid_cache import FIDStatsCache
 from vqwae.quantizers.wasserstein import initial_pi
 from vqwae.reproduce import paper_numbers as P
-from vqwae.reproduce.grid import (BASELINES, CODEBOOK_SIZES, CONTROLLED_PI, FFHQ_MODELS, LAMBDA_RS, LAMBDAS, MODELS,
+from vqwae.reproduce.grid import (BASELINES, CODEBOOK_SIZES, CONTROLLED_PI, CONTROLS, FFHQ_MODELS, LAMBDA_RS, LAMBDAS, MODELS,
                                   PI_INITS,
                                   PAPER_ROWS, PI_MODES, WAE_ROWS, Budget, RunSpec, codebook_size_spec, eval_level, ffhq_spec,
-                                  control_settings, controllability_spec, lambda_spec, pi_spec, row_spec)
+                                  controllability_spec, lambda_spec, pi_spec, row_spec)
 from vqwae.reproduce.claims import (NAMES, claim_best, vqwae_best, claim_steadier, usage_against_pi,
                                    within_accuracy_error, within_seed_spread, within_silhouette_spread)
 from vqwae.reproduce.report import Claim, Section, fmt
@@ -160,7 +160,7 @@ def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
     rows, claims = [], []
     for d in datasets:
         for (row, control), inits in CONTROLLED_PI.items():
-            how = "".join(f", {k}={v}" for k, v in control_settings(control).items())
+            how = "".join(f", {k}={v}" for k, v in CONTROLS[control].items())
             for init in inits:
                 s = controllability_spec(d, row, init, b, control)
                 usage = _usage(results, s)
@@ -177,8 +177,8 @@ def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
              "fixed at its initial value, then with quantize=transport, then with the toy's recipe for controlled "
              "usage (quantize=transport, codebook_decay=0.95, pull=0.1)."]
     return Section("Controllability", "Figure 'Different initialization of Codebook' (fig:init), as a number"
-                   + _ablation(b), ["dataset", "model", "fixed pi", "corr(usage, pi)", "total variation", "perplexity",
-                    "test MSE"],
+                   + _ablation(b),
+                   ["dataset", "model", "fixed pi", "corr(usage, pi)", "total variation", "perplexity", "test MSE"],
                    rows, claims, notes=notes)
 
 
