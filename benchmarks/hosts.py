@@ -16,7 +16,9 @@ mask where it has padding, so one adapter serves every quantizer in every host. 
 the same host weights and sees the same batches, interleaved (load hits them alike); each draws its own random
 numbers (``OwnRandomness``). Every ``--eval-every`` steps: test MSE (over real patches), test perplexity and codes
 used (one histogram over all real test latents; the residual host: each level's, and their minimum), and for
-VQ-WAE the transport diagnostics of ``transport_diagnostics`` (goal 3 of issue #34).
+VQ-WAE the transport diagnostics of ``transport_diagnostics`` (goal 3 of issue #34). In the ``sequence`` host
+also the perplexity of the codes of blank patches (how many codes one input spreads over) and of the others;
+its metadata holds the blank share of the real test tokens and the perplexity bound it sets (``blank_bound``).
 
     pip install -e ".[bench]"     # vector-quantize-pytorch 1.32.0, pinned: a benchmark-only dependency
     .venv/bin/python benchmarks/hosts.py --host default-init --dataset cifar10 --steps 3000 --seed 0
@@ -164,6 +166,15 @@ def random_mask(batch: int, generator: torch.Generator) -> torch.Tensor:
     """(B, 64) bool: row b keeps its first L_b tokens, L_b uniform in 16..64."""
     lengths = torch.randint(16, TOKENS + 1, (batch, 1), generator=generator)
     return torch.arange(TOKENS) < lengths
+
+
+def blank_bound(x: torch.Tensor, mask: torch.Tensor, num_codes: int) -> dict:
+    """The share of the real test tokens whose 4x4 patch is blank, and the highest test perplexity a tokenizer can
+    have if it gives every blank patch one code (the same input, one token): the blank share on one code and the
+    rest spread evenly over the other K - 1 (exp of that distribution's entropy)."""
+    blank = float((SequenceHost.patches(x).amax(-1) == 0)[mask].double().mean())
+    entropy = -blank * math.log(blank) - (1 - blank) * math.log((1 - blank) / (num_codes - 1))
+    return dict(blank_share=blank, perplexity_bound_one_blank_code=math.exp(entropy))
 
 
 def build_host(host: str, channels: int) -> nn.Module:
@@ -337,6 +348,9 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
     model.eval()
     se = count = 0.0
     usage, tokens = None, []
+    # the sequence host: codes of the real tokens whose 4x4 patch is blank (all zero), and of the others
+    patches = getattr(model.host, "patches", None) if test_mask is not None else None
+    by_content = {"blank": CodeUsage(model.quantizer.num_codes), "content": CodeUsage(model.quantizer.num_codes)}
     for i in range(0, len(test_x), 500):
         x = test_x[i:i + 500]
         mask = None if test_mask is None else test_mask[i:i + 500]
@@ -349,6 +363,10 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
             usage = [CodeUsage(model.quantizer.num_codes) for _ in range(idx.shape[-1])]
         for level, u in enumerate(usage):
             u.update(idx[..., level][keep])
+        if patches is not None:
+            blank = patches(x).amax(-1) == 0
+            by_content["blank"].update(idx[..., 0][keep & blank])
+            by_content["content"].update(idx[..., 0][keep & ~blank])
         tokens.append(z if mask is None else z[keep])
     model.train()
     real = torch.cat(tokens)  # (B, N, D) or (N, D) when masked: the real test latents
@@ -356,6 +374,8 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
                latent_rms=float(real.pow(2).mean().sqrt()))
     if len(usage) > 1:
         row["perplexity_per_level"] = [u.perplexity for u in usage]
+    if patches is not None:  # how many codes the blank patches spread over; the perplexity among the others
+        row.update(perplexity_blank=by_content["blank"].perplexity, perplexity_content=by_content["content"].perplexity)
     levels = _wasserstein_levels(model.quantizer)
     if levels:
         row["codebook_rms"] = float(levels[0].embedding.pow(2).mean().sqrt())
@@ -425,6 +445,7 @@ def main():
         rngs[n], times[n], curves[n] = OwnRandomness(args.seed, n, cuda), [], []
     mask_gen = torch.Generator().manual_seed(args.seed + 7)
     test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
+    data_meta = blank_bound(test_x, test_mask, args.num_codes) if sequence else {}
     test_x, test_mask = test_x.to(device), None if test_mask is None else test_mask.to(device)
     for step, x in training_batches(train, args.steps, args.seed):
         mask = random_mask(len(x), mask_gen).to(device) if sequence else None
@@ -447,10 +468,10 @@ def main():
                 f"{n}: ppl {c[-1]['perplexity']:.0f} mse {c[-1]['mse']:.5f}"
                 + (f" tv {c[-1]['tv_cells']:.3f}/{c[-1]['tv_floor']:.3f} w {c[-1]['w_ratio'] or 0:.3f}"
                    if "tv_cells" in c[-1] else "") for n, c in curves.items()), flush=True)
-            write(args, names, times, curves)
+            write(args, names, times, curves, data_meta)
 
 
-def write(args, names, times, curves) -> Path:
+def write(args, names, times, curves, data_meta: dict) -> Path:
     """The result file (rewritten at every evaluation, so a killed run keeps what it measured) and its plot."""
     vq = statistics.median(times["VQ-VAE"]) if "VQ-VAE" in times else None
     rows = [dict(quantizer=n, ms_per_step=1000 * statistics.median(times[n]),
@@ -458,6 +479,7 @@ def write(args, names, times, curves) -> Path:
     from importlib.metadata import version
 
     meta = dict(host=args.host, dataset=args.dataset, num_codes=args.num_codes, steps=args.steps, seed=args.seed,
+                **data_meta,
                 date=datetime.now(timezone.utc).isoformat(), torch=torch.__version__,
                 vector_quantize_pytorch=version("vector-quantize-pytorch"),
                 machine=f"{platform.machine()} {torch.get_num_threads()} thread(s)" + (

@@ -8,11 +8,14 @@ variation between pi and the cells' masses on 40,000 held-out latents (the sampl
 
 * ``global``: vqwae's (``SemiDiscreteSolver``): lr * K * (pi - mass) * (EMA of the quantization error);
 * ``margin``: the same times each code's (EMA of its latents' mean margin: second-lowest power cost minus the
-  lowest) over the quantization error: a per-code step that is small among crowded codes (section 17).
+  lowest) over the quantization error: a per-code step that is small among crowded codes (section 17);
+* ``averaged``: the global step, with the cells measured at the EMA of the potential's iterates (decay 0.9 or
+  0.99; ``potential_average``: averaged SGD, Genevay et al. 2016's estimate), the ascent at the iterate.
 
     .venv/bin/python benchmarks/transport_multiscale.py                 # codes drawn from the latents
     .venv/bin/python benchmarks/transport_multiscale.py --codes lagging # half the codes in the cluster
     .venv/bin/python benchmarks/transport_multiscale.py --dense 0       # no cluster: one scale
+    .venv/bin/python benchmarks/transport_multiscale.py --rules averaged # only the averaged potential's rows
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from vqwae.ot.semidiscrete import ascend_potential
 
 D, K, B = 32, 512, 1280
 HERE = Path(__file__).resolve().parent
+ALL_RULES = "global,margin,averaged"
 
 
 def sample(n: int, dense: float, g: torch.Generator) -> torch.Tensor:
@@ -36,13 +40,15 @@ def sample(n: int, dense: float, g: torch.Generator) -> torch.Tensor:
     return x
 
 
-def run(rule: str, lr: float, codes: torch.Tensor, dense: float, steps: int, seed: int) -> list[float]:
+def run(rule: str, lr: float, codes: torch.Tensor, dense: float, steps: int, seed: int, average: float = 0.0
+        ) -> list[float]:
     g = torch.Generator().manual_seed(seed)
     held = sample(40000, dense, g)
     pi = torch.full((1, K), 1 / K)
     c2 = codes.pow(2).sum(-1)
     dist = lambda x: x.pow(2).sum(-1, keepdim=True) - 2 * x @ codes.t() + c2  # noqa: E731
     pot, margin, scale = torch.zeros(1, K), torch.zeros(K), None
+    avg = torch.zeros(1, K)  # EMA of the iterates (averaged SGD)
     out = []
     for t in range(1, steps + 1):
         d = dist(sample(B, dense, g))
@@ -59,8 +65,9 @@ def run(rule: str, lr: float, codes: torch.Tensor, dense: float, steps: int, see
             margin = torch.where(counts > 0, torch.where(margin > 0, 0.9 * margin + 0.1 * m, m), margin)
             step = lr * torch.where(margin > 0, margin / scale, torch.ones(K))
         ascend_potential(pot, None, pi, step * scale, pooling=0.0, mass=mass)  # g in cost units
+        avg.lerp_(pot, 1 - average)  # average 0: the iterate itself
         if t in (100, 300, 1000, steps):
-            cells = torch.bincount((dist(held) - pot[0]).argmin(-1), minlength=K).double() / len(held)
+            cells = torch.bincount((dist(held) - avg[0]).argmin(-1), minlength=K).double() / len(held)
             out.append(round(0.5 * float((cells - pi[0]).abs().sum()), 3))
     return out
 
@@ -71,6 +78,7 @@ def main():
     ap.add_argument("--codes", choices=("data", "lagging"), default="data")
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rules", default=ALL_RULES, help="which step rules to run (comma-separated)")
     args = ap.parse_args()
     g = torch.Generator().manual_seed(args.seed + 100)
     codes = sample(K, args.dense, g) if args.codes == "data" else torch.cat(
@@ -78,10 +86,14 @@ def main():
     rows = {}
     zero = run("global", 0.0, codes, args.dense, 1, args.seed)[0]
     print(f"dense {args.dense}, codes {args.codes}: TV at g = 0: {zero}")
-    for rule, lr in (("global", 0.01), ("global", 0.003), ("global", 0.001), ("margin", 0.03), ("margin", 0.1)):
-        rows[f"{rule} {lr}"] = run(rule, lr, codes, args.dense, args.steps, args.seed)
-        print(f"{rule} {lr}: TV at steps 100 / 300 / 1000 / {args.steps}: {rows[f'{rule} {lr}']}", flush=True)
-    out = HERE / "results" / f"transport_multiscale_dense{args.dense}_{args.codes}.json"
+    rules = (("global", 0.01, 0), ("global", 0.003, 0), ("global", 0.001, 0), ("margin", 0.03, 0), ("margin", 0.1, 0),
+             ("averaged", 0.01, 0.9), ("averaged", 0.01, 0.99), ("averaged", 0.001, 0.99))
+    for rule, lr, average in (r for r in rules if r[0] in args.rules.split(",")):
+        name = f"{rule} {lr}" + (f" (decay {average})" if average else "")
+        rows[name] = run(rule, lr, codes, args.dense, args.steps, args.seed, average)
+        print(f"{name}: TV at steps 100 / 300 / 1000 / {args.steps}: {rows[name]}", flush=True)
+    only = "" if args.rules == ALL_RULES else "_" + args.rules.replace(",", "+")
+    out = HERE / "results" / f"transport_multiscale_dense{args.dense}_{args.codes}{only}.json"
     out.write_text(json.dumps(dict(args=vars(args), tv_at_zero_potential=zero, tv=rows), indent=1))
 
 
