@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -17,13 +18,15 @@ from vqwae.runs.studies import probe_run, tsne_run
 from vqwae.threads import library_threads
 
 Opt = typer.Option
+#: --batch-size of both studies (their forward passes over a run's images)
+ImageBatch = Annotated[int, Opt(help="Images per forward pass.")]
 
 
 # ---- vqwae probe ---------------------------------------------------------------------------------------
 def probe_command(
     run_dir: RunDir,
     limit: int | None = Opt(None, help="Use the first N training and first N test images (default: all)."),
-    batch_size: int = Opt(256, help="Images per forward pass."),
+    batch_size: ImageBatch = 256,
     device: Device = "auto",
     threads: Threads = None,
     data_root: DataRoot = None,
@@ -58,7 +61,7 @@ def tsne_command(
     out: Path | None = Opt(None, "--out", parser=nonempty_path, help="PNG path (default: RUN_DIR/tsne.png)."),
     perplexity: float = Opt(30.0, help="t-SNE perplexity (capped at (n-1)/3)."),
     seed: int = Opt(0),
-    batch_size: int = Opt(256, help="Images per forward pass."),
+    batch_size: ImageBatch = 256,
     device: Device = "auto",
     threads: Threads = None,
     data_root: DataRoot = None,
