@@ -207,6 +207,37 @@ def test_quantize_transport_uses_the_solvers_map_in_training_and_at_eval():
         WassersteinQuantizer(num_codes=16, dim=DIM, quantize="transport", solver="exact")
 
 
+@pytest.mark.parametrize("positions", [None, 4])
+def test_fit_transport_converges_the_map_to_pi_with_the_latents_held(positions):
+    # a codebook drawn from the data and a potential barely stepped; fit_transport then solves the map on the held
+    # latents: its cells' masses approach pi, on those latents and on fresh ones from the same distribution
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    m = positions or 1
+    q = WassersteinQuantizer(num_codes=16, dim=DIM, pi_init="gaussian", learn_pi=False, quantize="transport",
+                             channel_last=True, num_positions=positions, fit_steps=300)
+    q(mixture(64 * m, gen).view(64, m, DIM))  # draws the codebook from the data; one ascent step
+    held = mixture(4000 * m, gen).view(4000, m, DIM)
+    fresh = mixture(4000 * m, gen).view(4000, m, DIM)
+
+    def tv(z):
+        mass = torch.bincount(q.transport_map(z).reshape(-1), minlength=16) / z[..., 0].numel()
+        return float(0.5 * (mass - q.pi[0]).abs().sum())
+
+    before_fresh = tv(fresh)
+    fit = q.fit_transport(held, generator=torch.Generator().manual_seed(0))  # fit_steps: 300
+    assert fit["steps"] == 300 and fit["latents"] == 4000 * m
+    assert fit["tv_before"] > 0.15 and fit["tv_after"] < 0.05, fit  # measured: 0.36 -> 0.028 (shared), 0.23 -> 0.020 (4 positions)
+    assert tv(fresh) < 0.06 < before_fresh, (tv(fresh), before_fresh)
+
+
+def test_fit_steps_needs_the_semidiscrete_solver():
+    with pytest.raises(ValueError, match="fit_steps needs solver='semidiscrete'"):
+        WassersteinQuantizer(num_codes=16, dim=DIM, fit_steps=10, solver="exact")
+    with pytest.raises(ValueError, match="fit_transport needs solver='semidiscrete'"):
+        WassersteinQuantizer(num_codes=16, dim=DIM, solver="exact").fit_transport(torch.randn(8, DIM, 2, 2), 5)
+
+
 def test_uniform_pi_uses_the_whole_codebook_where_vq_vae_leaves_dead_codes():
     torch.manual_seed(0)
     wae = WassersteinQuantizer(num_codes=16, dim=DIM, num_positions=1, solver="exact", ws_weight=1.0, **PAPER_CODEBOOK)

@@ -37,6 +37,22 @@ def test_run_folder_contents_and_best_model(tmp_path):
     assert model(x)[0].shape == x.shape
 
 
+def test_fit_steps_solves_the_saved_weights_transport_map_once(tmp_path):
+    out = tmp_path / "run"
+    cfg = dict(TINY, solver="semidiscrete", pi_init="gaussian", learn_pi=False, quantize="transport", epochs=2)
+    train(TrainConfig.resolve(out=str(out), **cfg))
+    unfitted = VQAutoencoder.from_pretrained(out).quantizer.solver.potential.clone()
+    assert not (out / "transport_fit.json").exists()
+    train(TrainConfig.resolve(out=str(out), **dict(cfg, fit_steps=200)), resume=True)  # trained: only the fit runs
+    fit = json.loads((out / "transport_fit.json").read_text())
+    assert fit["images"] == 128 and fit["steps"] == 200 and fit["tv_after"] < fit["tv_before"], fit
+    fitted = VQAutoencoder.from_pretrained(out)
+    assert not torch.equal(fitted.quantizer.solver.potential, unfitted)  # the saved weights carry the fitted map
+    weights = (out / "model.safetensors").read_bytes()
+    train(TrainConfig.resolve(out=str(out), **dict(cfg, fit_steps=200)), resume=True)  # fitted already: unchanged
+    assert (out / "model.safetensors").read_bytes() == weights
+
+
 def test_refuses_to_overwrite_a_run(tmp_path):
     out = tmp_path / "run"
     train(TrainConfig.resolve(out=str(out), epochs=1, **TINY))

@@ -180,17 +180,18 @@ def fit_potential(
     potential: torch.Tensor | None = None,
     batch: int | None = None,
     generator: torch.Generator | None = None,
+    pooling: float = 0.0,
 ) -> torch.Tensor:
     """Solve the semi-discrete OT between samples x (N, G, D) and the weighted codebook by stochastic ascent
     on g (minibatches of ``batch`` samples, or all of them), with the step lr * (quantization error) and a
-    1/sqrt(t) decay. Mainly for tests and the benchmarks: the quantizer takes one such step per training
-    step instead."""
+    1/sqrt(t) decay. In training the quantizer takes one such step per training step instead; this loop solves the
+    map of a trained quantizer to convergence (``SemiDiscreteSolver.fit``), and serves the tests and benchmarks."""
     n, g, _ = x.shape
     pot = torch.zeros(g, codebook.shape[0], dtype=x.dtype, device=x.device) if potential is None else potential
     for t in range(steps):
         xb = x if batch is None else x[torch.randint(0, n, (batch,), generator=generator, device=x.device)]
         _, a, err = assign(xb, codebook, pot)
-        ascend_potential(pot, a, pi, lr * err / (1 + t) ** 0.5)
+        ascend_potential(pot, a, pi, lr * err / (1 + t) ** 0.5, pooling)
     return pot
 
 
@@ -280,6 +281,20 @@ class SemiDiscreteSolver(Solver):
         ema = self.scale * self.scale_decay + err * (1 - self.scale_decay)
         scale = torch.where(self.scale > 0, ema, err)
         self.scale.copy_(scale if live is None else torch.where(live, scale, self.scale))
+
+    @torch.no_grad()
+    def fit(self, x: torch.Tensor, codebook: torch.Tensor, pi: torch.Tensor, steps: int, batch: int,
+            lr: float = 0.1, generator: torch.Generator | None = None) -> None:
+        """Solve the OT between the latents x (N, G, D) and the codebook weighted by pi (G, K) with the codebook
+        and the latents held still: ``steps`` ascent steps on g from its current value (:func:`fit_potential`,
+        batches of ``batch`` rows, a step decaying from ``lr``: 10x training's, as the latents hold still; the
+        positions' shared component pooled as in training), then keep the result. Training's one step per batch chases a
+        codebook and an encoder that move; this converges the map they ended at (BENCHMARKS.md section 28)."""
+        if not self.scale > 0:  # never stepped: the cost scale from these latents (a host read, once)
+            self.scale.copy_(assign(x[:batch], codebook, None, self.chunk_entries)[2])
+        g = fit_potential(x, codebook, pi, steps, lr, potential=self.code_potential(), batch=batch,
+                          generator=generator, pooling=self.pooling)
+        self.potential.copy_(g / self.scale)
 
     @torch.no_grad()
     def reset(self) -> None:

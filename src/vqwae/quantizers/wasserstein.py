@@ -45,7 +45,8 @@ from vqwae.distributed import is_distributed
 from vqwae.options import check_fields, option
 from vqwae.ot import SOLVERS as SOLVER_CLASSES
 from vqwae.ot import build_solver
-from vqwae.ot.semidiscrete import CHUNK_ENTRIES, default_potential_lr
+from vqwae.ot.semidiscrete import CHUNK_ENTRIES, assignment_mass, default_potential_lr
+from vqwae.ot.transport import latents_by_group
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, _choice, fp32, scale_gradient
 from vqwae.quantizers.transport_codebook import TransportCodebook
 from vqwae.quantizers.upgrade import upgrade_wasserstein_state_dict
@@ -55,6 +56,8 @@ PI_INITS = ("uniform", "peaked", "gaussian")
 CODEBOOK_INITS = ("normal", "data")
 CODEBOOK_UPDATES = ("gradient", "transport")
 QUANTIZE = ("nearest", "transport")
+#: fit_transport: latents per ascent step (all groups together; one pi per position: 1,024 rows of 64 positions)
+FIT_LATENTS_PER_STEP = 1 << 16
 
 
 def default_kl_weight(shared: bool) -> float:
@@ -122,6 +125,9 @@ class WassersteinOptions:
                                "BENCHMARKS.md section 13)", min=0, below=1)
     quantize: str = option("nearest", "vqwae: the code each latent is replaced by: nearest, or transport (semidiscrete: "
                            "the solver's map argmin ||z - c_k||^2 - g_k, whose usage follows pi)", choices=QUANTIZE)
+    fit_steps: int = option(0, "vqwae semidiscrete: when training ends, ascent steps that solve the transport map's "
+                            "potential on the training latents with the network held still (0: none; vqwae train "
+                            "does it to the saved weights: BENCHMARKS.md section 28)", min=0)
     chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
                                 min=1)
 
@@ -129,6 +135,9 @@ class WassersteinOptions:
         check_fields(self)
         if self.quantize == "transport" and self.solver != "semidiscrete":
             raise ValueError(f"quantize='transport' needs solver='semidiscrete' (the map of its potential), got "
+                             f"solver={self.solver!r}")
+        if self.fit_steps and self.solver != "semidiscrete":
+            raise ValueError(f"fit_steps needs solver='semidiscrete' (it fits that solver's potential), got "
                              f"solver={self.solver!r}")
 
     @property
@@ -149,6 +158,8 @@ class WassersteinOptions:
             unread += ("pull_target",)
         if self.quantize == "nearest":
             unread += ("quantize",)
+        if not self.fit_steps:
+            unread += ("fit_steps",)
         return unread
 
 
@@ -393,6 +404,34 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         (g: its potential, per position or shared; a latent's cell needs no batch)."""
         self._check_positions(flat)
         return self.solver.search(flat, self.embedding)[1][0].view(flat.shape[:2])
+
+    @torch.no_grad()
+    def fit_transport(self, z: torch.Tensor, steps: int | None = None, generator: torch.Generator | None = None
+                      ) -> dict:
+        """Solve the semidiscrete transport map on the latents ``z`` (a batch in the quantizer's input layout, e.g.
+        a training set's encoder outputs) with the codebook and pi held: ``steps`` (default: the ``fit_steps``
+        option) ascent steps on the potential, warm-started from training's, on batches of about
+        FIT_LATENTS_PER_STEP latents. Training steps the potential once per batch while the encoder and the codebook
+        move under it, so its cells lag pi; held still, they converge. Returns the total variation between the
+        map's cell masses on ``z`` and pi, before and after (``tv_before``, ``tv_after``)."""
+        if self.config.solver != "semidiscrete":
+            raise ValueError(f"fit_transport needs solver='semidiscrete', got {self.config.solver!r}")
+        steps = self.config.fit_steps if steps is None else steps
+        flat = self.flatten(z)  # (B, M, D)
+        self._check_positions(flat)
+        x = latents_by_group(flat, self.solver.shared)  # (N, G, D)
+        pi = self.pi
+
+        def tv() -> float:
+            cells = self.transport_map(flat)
+            mass = assignment_mass(latents_by_group(cells[..., None], self.solver.shared)[..., 0], self.groups,
+                                   self.num_codes)
+            return float(0.5 * (mass - pi).abs().sum(-1).mean())
+
+        before = tv()
+        batch = max(1, min(x.shape[0], FIT_LATENTS_PER_STEP // x.shape[1]))
+        self.solver.fit(x, self.embedding.detach(), pi, steps, batch, generator=generator)
+        return dict(tv_before=before, tv_after=tv(), steps=steps, latents=x.shape[0] * x.shape[1])
 
     def kl_to_uniform(self) -> torch.Tensor:
         """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean")."""

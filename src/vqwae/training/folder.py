@@ -5,6 +5,7 @@
     RUN_DIR/model_config.json          the model's own config (VQAutoencoder.from_pretrained(RUN_DIR))
     RUN_DIR/metrics.jsonl              one JSON object per epoch
     RUN_DIR/state.pt                   resumable training state (vqwae.training.checkpoint)
+    RUN_DIR/transport_fit.json         fit_steps: the transport map solved on the saved weights (cells' TV before/after)
     RUN_DIR/run.lock                   held by the process training into RUN_DIR (vqwae.training.lock)
     RUN_DIR/eval.json                  results of eval / probe / tsne / generation, merged key by key
     RUN_DIR/code_usage_SPLIT.json|png  code histogram of a split (and the learned pi)
@@ -40,6 +41,7 @@ METRICS = "metrics.jsonl"
 STATE = "state.pt"
 LOCK = "run.lock"
 EVAL = "eval.json"
+TRANSPORT_FIT = "transport_fit.json"
 TRAINING_CURVES = "training_curves.png"
 TSNE = "tsne.png"
 TENSORBOARD = "tensorboard"
@@ -50,7 +52,7 @@ ALT_PRIORS = {True: "prior_cond", False: "prior_uncond"}
 
 PathLike = str | os.PathLike
 #: The files of a run's record (plus code_usage_SPLIT.json): what `vqwae reproduce --records` keeps.
-RECORD_FILES = (CONFIG, MODEL_CONFIG, METRICS, EVAL, TSNE)
+RECORD_FILES = (CONFIG, MODEL_CONFIG, METRICS, EVAL, TSNE, TRANSPORT_FIT)
 
 
 def code_usage_json(run_dir: PathLike, split: str) -> Path:
@@ -155,6 +157,16 @@ def truncate_metrics(run_dir: PathLike, epochs_done: int) -> None:
     keep = [r for r in rows if r.get("epoch", 0) <= epochs_done]
     if len(keep) != len(rows):
         atomic_write_text(Path(run_dir) / METRICS, "".join(json.dumps(r) + "\n" for r in keep))
+
+
+def read_transport_fit(run_dir: PathLike) -> dict:
+    """RUN_DIR/transport_fit.json ({} when the saved weights' transport map was never solved)."""
+    p = Path(run_dir) / TRANSPORT_FIT
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def write_transport_fit(run_dir: PathLike, values: dict) -> None:
+    atomic_write_text(Path(run_dir) / TRANSPORT_FIT, json.dumps(values, indent=2))
 
 
 def read_eval(run_dir: PathLike) -> dict:
