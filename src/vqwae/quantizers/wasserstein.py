@@ -27,7 +27,9 @@ codebook (their "global" variant), its value scaled by M so that ws_weight means
 ``codebook_init="data"`` draws the codewords from the first training batches' latents (recommended for
 training: with the N(0, 1) codebook and near-zero initial latents, usage starts at one code).
 ``quantize="transport"`` (semidiscrete) replaces each latent by its code under the transport map instead of the
-nearest code, so that the decoder's usage follows a fixed pi (BENCHMARKS.md sections 24-26).
+nearest code, so that the decoder's usage follows a fixed pi (BENCHMARKS.md sections 24-26); ``fit_transport`` (the
+``fit_steps`` option, which ``vqwae train`` applies to the saved weights) then solves that map on the training
+latents with the network held still, which training's one potential step per batch never does (section 29).
 """
 from __future__ import annotations
 

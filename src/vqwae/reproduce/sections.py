@@ -175,7 +175,9 @@ def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
              "the WS term trains on). BENCHMARKS.md section 12 sets the nearest code beside that map for the paper's "
              "runs. The paper's row is the pi-init table's fixed-pi run; the shipped rows are every default with pi "
              "fixed at its initial value, then with quantize=transport, then with the toy's recipe for controlled "
-             "usage (quantize=transport, codebook_decay=0.95, pull=0.1)."]
+             "usage (quantize=transport, codebook_decay=0.95, pull=0.1), then with quantize=transport and the map "
+             "solved on the training latents once training ends (fit_steps=1000: what the README tells a user who "
+             "wants usage to follow a fixed pi; BENCHMARKS.md section 29)."]
     return Section("Controllability", "Figure 'Different initialization of Codebook' (fig:init), as a number"
                    + _ablation(b),
                    ["dataset", "model", "fixed pi", "corr(usage, pi)", "total variation", "perplexity", "test MSE"],
