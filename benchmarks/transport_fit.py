@@ -1,5 +1,5 @@
 """What ``fit_transport`` (the ``fit_steps`` option) does to trained runs: the transport map solved on the training
-latents with the network held still (issues #34, #35; BENCHMARKS.md section 28).
+latents with the network held still (issues #34, #35; BENCHMARKS.md section 29).
 
 For each run folder (trained with ``quantize="transport"``, whose decoder reads the map): the usage of the decoder's
 code on the first 1,000 test images against the run's fixed pi (Pearson correlation, total variation, as the
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -79,8 +80,8 @@ def main():
               f"{before['tv']:.3f} -> {after['tv']:.3f}, test MSE {before['mse']:.6f} -> {after['mse']:.6f}, train "
               f"cells TV {fit['tv_before']:.3f} -> {fit['tv_after']:.3f} ({seconds:.0f} s)", flush=True)
         out = HERE / "results" / ("transport_fit" + (f"_{args.tag}" if args.tag else "") + ".json")
-        out.write_text(json.dumps(dict(command="python benchmarks/transport_fit.py " + " ".join(
-            a for a in __import__("sys").argv[1:]), rows=rows), indent=1))
+        out.write_text(json.dumps(dict(command="python benchmarks/transport_fit.py " + " ".join(sys.argv[1:]),
+                                       rows=rows), indent=1))
 
 
 if __name__ == "__main__":

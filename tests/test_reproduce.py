@@ -204,6 +204,8 @@ def test_controllability_fixes_pi_for_the_published_and_the_shipped_configuratio
     shipped_run = next(r for r in runs if r["preset"] == "default" and "quantize" not in r)
     recipe = next(r for r in runs if r.get("pull") == 0.1)
     assert (recipe["quantize"], recipe["codebook_decay"], recipe["learn_pi"]) == ("transport", 0.95, False)
+    fitted = [r for r in runs if r.get("fit_steps")]  # the map solved after training, in both rows
+    assert {(r["preset"], r["quantize"]) for r in fitted} == {("default", "transport"), (cpu.ablation_preset, "transport")}
     assert "solver" not in shipped_run and "kl_weight" not in shipped_run  # every other option at its default
 
 

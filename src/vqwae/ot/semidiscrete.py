@@ -288,8 +288,8 @@ class SemiDiscreteSolver(Solver):
         """Solve the OT between the latents x (N, G, D) and the codebook weighted by pi (G, K) with the codebook
         and the latents held still: ``steps`` ascent steps on g from its current value (:func:`fit_potential`,
         batches of ``batch`` rows, a step decaying from ``lr``: 10x training's, as the latents hold still; the
-        positions' shared component pooled as in training), then keep the result. Training's one step per batch chases a
-        codebook and an encoder that move; this converges the map they ended at (BENCHMARKS.md section 28)."""
+        positions' shared component pooled as in training), then keep the result. Training's one step per batch
+        chases a codebook and an encoder that move; this converges the map they ended at (BENCHMARKS.md section 29)."""
         if not self.scale > 0:  # never stepped: the cost scale from these latents (a host read, once)
             self.scale.copy_(assign(x[:batch], codebook, None, self.chunk_entries)[2])
         g = fit_potential(x, codebook, pi, steps, lr, potential=self.code_potential(), batch=batch,

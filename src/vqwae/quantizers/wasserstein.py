@@ -129,7 +129,7 @@ class WassersteinOptions:
                            "the solver's map argmin ||z - c_k||^2 - g_k, whose usage follows pi)", choices=QUANTIZE)
     fit_steps: int = option(0, "vqwae semidiscrete: when training ends, ascent steps that solve the transport map's "
                             "potential on the training latents with the network held still (0: none; vqwae train "
-                            "does it to the saved weights: BENCHMARKS.md section 28)", min=0)
+                            "does it to the saved weights: BENCHMARKS.md section 29)", min=0)
     chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
                                 min=1)
 
@@ -424,10 +424,9 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         x = latents_by_group(flat, self.solver.shared)  # (N, G, D)
         pi = self.pi
 
-        def tv() -> float:
-            cells = self.transport_map(flat)
-            mass = assignment_mass(latents_by_group(cells[..., None], self.solver.shared)[..., 0], self.groups,
-                                   self.num_codes)
+        def tv() -> float:  # the map's cells on z against pi, averaged over groups
+            cells = self.transport_map(flat)  # (B, M) -> (N, G), as x
+            mass = assignment_mass(cells.reshape(-1, 1) if self.solver.shared else cells, self.groups, self.num_codes)
             return float(0.5 * (mass - pi).abs().sum(-1).mean())
 
         before = tv()

@@ -180,8 +180,7 @@ CONTROLLED_PI = {("vqwae-paper", "nearest"): PI_INITS, ("vqwae-paper", "transpor
 
 def controllability_spec(dataset: str, row: str, init: str, budget: Budget, control: str = "nearest") -> RunSpec:
     """A fixed pi: the published configuration's (the pi-init table's run) or the shipped defaults' (issue #35),
-    with the nearest code, the solver's transport map (``"transport"``) or the whole control recipe handed to the
-    decoder."""
+    under one of the CONTROLS variants (the options it sets beyond the row)."""
     extra = CONTROLS[control]
     if row == "vqwae-paper":
         return pi_spec(dataset, "fixed", init, budget, **extra)

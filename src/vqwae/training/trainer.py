@@ -384,8 +384,8 @@ class _Training:
             return
         model = VQAutoencoder.from_pretrained(self.run_dir).to(self.device)
         train = self.splits.train
-        positions = model.encoder(train[0][0][None].to(self.device)).flatten(2)  # (1, D, M)
-        n = max(1, min(len(train), FIT_IMAGES, FIT_LATENT_FLOATS // positions.numel()))
+        per_image = model.encoder(train[0][0][None].to(self.device)).numel()  # D x M latent values of one image
+        n = max(1, min(len(train), FIT_IMAGES, FIT_LATENT_FLOATS // per_image))
         z = torch.cat([model.encoder(torch.stack([train[i][0] for i in range(s, min(s + 256, n))]).to(self.device))
                        for s in range(0, n, 256)])
         result = model.quantizer.fit_transport(z, steps, generator=torch.Generator(self.device).manual_seed(
