@@ -12,10 +12,16 @@
 #
 #   OUT=/tmp/out bash benchmarks/device_run.sh               # results in $OUT
 #   DEVICE=cpu STEPS=20 EVAL=10 DEADLINE=120 P=2 OUT=/tmp/out bash benchmarks/device_run.sh   # a dry run here
+#   PARTS=compile OUT=/tmp/out bash benchmarks/device_run.sh  # eager against torch.compile step times only (section 30)
+#
+# PARTS picks the parts, in this order: sync (the sync check), step (eager step times), compile (eager against
+# torch.compile, CUDA graphs and a larger batch), fused (compile_update: kernels and step times), zoo (the host
+# zoo); default "sync step zoo".
 set -u
 export PYTHONUNBUFFERED=1
 DEVICE=${DEVICE:-cuda} STEPS=${STEPS:-3000} EVAL=${EVAL:-500} DEADLINE=${DEADLINE:-330} P=${P:-12}
 PY=${PY:-python3}
+export PYTHONPATH=$PWD/src  # the machine's own torch; the peers' wheels, when carried, beside it
 if [ -d .whl ] && [ "$DEVICE" = cuda ]; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || exit 1
@@ -26,15 +32,42 @@ fi
 } | tee "$OUT/env.txt"
 
 ZOO_ONLY=${ZOO_ONLY:-}  # set (a grep pattern over the cells' arguments): skip 1 and 2, run those cells only
-if [ "$DEVICE" = cuda ] && [ -z "$ZOO_ONLY" ]; then  # 1. no host synchronisation in any quantizer's training step
+PARTS=${PARTS:-sync step zoo}
+[ -n "$ZOO_ONLY" ] && PARTS=zoo
+has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
+if [ "$DEVICE" = cuda ] && has sync; then  # 1. no host synchronisation in any quantizer's training step
   timeout 90 $PY -m pytest -q -p no:cacheprovider tests/test_cuda_sync.py 2>&1 | tee "$OUT/sync.log" | tail -12
 fi
 # 2. step time, VQ-VAE against VQ-WAE's solvers and SQ-VAE, interleaved, on the paper's network (quiet device)
-[ -z "$ZOO_ONLY" ] && timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,sinkhorn,dual,sqvae \
+has step && timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,sinkhorn,dual,sqvae \
   --rounds 15 --json "$OUT/step_time_k512.json" 2>&1 | tail -8
-[ -z "$ZOO_ONLY" ] && timeout 45 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete --num-codes 8192 \
+has step && timeout 45 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete --num-codes 8192 \
   --rounds 15 --json "$OUT/step_time_k8192.json" 2>&1 | tail -4
 
+# 2b. the launch overhead (section 30): eager against torch.compile (inductor), then CUDA graphs (reduce-overhead),
+# then a batch of 256 eager; each comparison interleaved in one process, each under its own time limit
+if has compile; then
+  CT=${COMPILE_TIMEOUT:-200}
+  timeout "$CT" $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,vqvae+compile,semidiscrete+compile \
+    --rounds 15 --json "$OUT/step_time_compile_k512.json" 2>"$OUT/compile_k512.log" | tail -6
+  timeout "$CT" $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,vqvae+compile,semidiscrete+compile \
+    --rounds 15 --compile-mode reduce-overhead --json "$OUT/step_time_cudagraphs_k512.json" 2>"$OUT/cudagraphs_k512.log" | tail -6
+  timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete --batch-size 256 \
+    --rounds 15 --json "$OUT/step_time_b256_k512.json" 2>&1 | tail -4
+  timeout "$CT" $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,vqvae+compile,semidiscrete+compile \
+    --num-codes 8192 --rounds 15 --json "$OUT/step_time_compile_k8192.json" 2>"$OUT/compile_k8192.log" | tail -6
+fi
+# 2c. compile_update (section 30): the quantizer's kernels per step and the step time with its update fused
+if has fused; then
+  $PY benchmarks/profile_quantizer.py --device "$DEVICE" --rows 0 \
+    --solvers vqvae,semidiscrete-shared,semidiscrete-shared-compiled-update 2>"$OUT/profile.err" | tee "$OUT/profile.txt"
+  timeout 90 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,semidiscrete-compiled-update \
+    --rounds 15 --json "$OUT/step_time_fused_k512.json" 2>"$OUT/fused_k512.err" | tail -4
+  timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,semidiscrete-compiled-update \
+    --arch conv64 --hidden 256 --batch-size 128 --rounds 12 --json "$OUT/step_time_fused_conv64.json" \
+    2>"$OUT/fused_conv64.err" | tail -4
+fi
+has zoo || exit 0
 # 3. the host zoo (issue #34), both seeds, most wanted cells first; each process rewrites its result file at
 # every evaluation, so the cells cut by the deadline keep the curves they reached
 jobs=()

@@ -2,6 +2,11 @@
 (B 32, 8 x 8 positions, K 512, D 64), for VQ-VAE and for VQ-WAE with each solver.
 
     .venv/bin/python benchmarks/profile_quantizer.py --solvers vqvae,semidiscrete,sinkhorn --rows 8
+    .venv/bin/python benchmarks/profile_quantizer.py --solvers vqvae,semidiscrete-shared --rows 0 --device cuda
+
+Besides the time, it counts the operators one step dispatches (views and allocations left out: on a GPU each
+of the others is a kernel launch, the cost of a small step; section 30) and, on a GPU, the kernels the profiler
+saw and their summed device time, against the step's wall time.
 """
 from __future__ import annotations
 
@@ -11,13 +16,36 @@ import time
 
 import torch
 from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from vqwae.quantizers import VectorQuantizer, WassersteinQuantizer
+
+
+#: operators that launch no kernel (views, allocations, metadata)
+NO_KERNEL = {"view", "_unsafe_view", "expand", "t", "transpose", "permute", "slice", "select", "unsqueeze", "squeeze",
+             "alias", "detach", "as_strided", "_reshape_alias", "unbind", "split", "lift_fresh", "empty",
+             "empty_strided", "empty_like", "reshape", "view_as", "_local_scalar_dense"}
+
+
+class CountOps(TorchDispatchMode):
+    """Counts the dispatched operators that may launch a kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.__name__.split(".")[0] not in NO_KERNEL
+        return func(*args, **(kwargs or {}))
 
 
 def build(name, k):
     if name == "vqvae":
         return VectorQuantizer(num_codes=k, dim=64)
+    if name == "semidiscrete-shared":  # the drop-in default: one shared pi
+        return WassersteinQuantizer(num_codes=k, dim=64)
+    if name == "semidiscrete-shared-compiled-update":  # its own update fused (compile_update=True, section 30)
+        return WassersteinQuantizer(num_codes=k, dim=64, compile_update=True)
     kw = dict(solver=name)
     if name == "semidiscrete":
         kw["codebook_init"] = "data"
@@ -31,25 +59,49 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
+    device = torch.device(a.device)
+    cuda = device.type == "cuda"
     torch.manual_seed(0)
-    z = (0.1 * torch.randn(32, 64, 8, 8)).requires_grad_(True)
+    z = (0.1 * torch.randn(32, 64, 8, 8, device=device)).requires_grad_(True)
+
+    def step(q):
+        out = q(z)
+        (out.loss + out.quantized.sum()).backward()  # the decoder's gradient too, as in a host
+
     for name in a.solvers.split(","):
-        q = build(name, a.num_codes).train()
+        q = build(name, a.num_codes).to(device).train()
         for _ in range(3):
-            q(z).loss.backward()
+            step(q)
         times = []
         for _ in range(a.repeats):
+            if cuda:
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
-            q(z).loss.backward()
+            step(q)
+            if cuda:
+                torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
-        print(f"== {name}: quantizer forward+backward median {1e3 * statistics.median(times):.2f} ms")
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
             for _ in range(5):
-                q(z).loss.backward()
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=a.rows))
+                step(q)
+            if cuda:
+                torch.cuda.synchronize()
+        # last: under a dispatch mode dynamo runs compiled code eagerly (the count is the eager update's)
+        with CountOps() as ops:
+            step(q)
+        line = (f"== {name}: quantizer forward+backward median {1e3 * statistics.median(times):.2f} ms, "
+                f"{ops.count} operators dispatched (eagerly)")
+        if cuda:
+            kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+            busy = sum(e.device_time for e in kernels) / 5
+            line += f"; {len(kernels) / 5:.0f} kernels, {busy / 1e3:.2f} ms of kernel time per step"
+        print(line)
+        if a.rows:
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=a.rows))
 
 
 if __name__ == "__main__":

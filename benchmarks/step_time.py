@@ -7,6 +7,13 @@ machine hits them alike; the figure is each model's median step time over VQ-VAE
 
     .venv/bin/python benchmarks/step_time.py                       # all models, CPU
     .venv/bin/python benchmarks/step_time.py --models vqvae,semidiscrete --rounds 40 --device cuda
+    .venv/bin/python benchmarks/step_time.py --models vqvae,semidiscrete,vqvae+compile,semidiscrete+compile --device cuda
+
+``--arch conv64 --hidden 256 --batch-size 128`` times a host whose GPU work outweighs its kernel launches (64x64
+images: CIFAR-10 upsampled, 16x16 latent positions).
+
+A name ending in "+compile" is that model under ``torch.compile(model)`` (inductor, ``--compile-mode``; the optimiser
+step stays eager), compiled during the warm-up (the compile time is reported, not timed as steps).
 """
 from __future__ import annotations
 
@@ -26,6 +33,7 @@ from vqwae.models import NetworkConfig, VQAutoencoder
 MODELS = {
     "vqvae": ("vector", {}),
     "semidiscrete": ("wasserstein", {}),  # WassersteinQuantizer's defaults (semidiscrete, data start, transport update)
+    "semidiscrete-compiled-update": ("wasserstein", dict(compile_update=True)),  # its own update fused (section 30)
     "semidiscrete-gradient": ("wasserstein", dict(codebook_update="gradient")),  # the codebook by Adam, as the paper
     "sinkhorn": ("wasserstein", dict(solver="sinkhorn")),
     "sinkhorn-fast": ("wasserstein", dict(solver="sinkhorn", sinkhorn_iters=5, sinkhorn_tol=0.0)),
@@ -35,27 +43,36 @@ MODELS = {
 }
 
 
-def load_batches(n: int, batch: int, data_root: str | None, seed: int = 0) -> list[torch.Tensor]:
-    """Real CIFAR-10 images when available (the exact solver's time depends on the data), else noise."""
+def load_batches(n: int, batch: int, data_root: str | None, seed: int = 0, size: int = 32) -> list[torch.Tensor]:
+    """Real CIFAR-10 images when available (the exact solver's time depends on the data; resized to ``size``),
+    else noise."""
     if data_root:
         try:
             from vqwae.data import load_splits
 
             train = load_splits("cifar10", data_root, train_limit=n * batch, eval_limit=256).train
             x = torch.stack([train[i][0] for i in range(n * batch)])
+            if size != 32:
+                x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
             return list(x.split(batch))
         except Exception as e:  # noqa: BLE001 - fall back to noise, say so
             print(f"(no CIFAR-10 at {data_root}: {e}; using uniform noise)", file=sys.stderr)
     g = torch.Generator().manual_seed(seed)
-    return list(torch.rand(n * batch, 3, 32, 32, generator=g).split(batch))
+    return list(torch.rand(n * batch, 3, size, size, generator=g).split(batch))
 
 
-def make(name: str, k: int, device: torch.device, seed: int):
+def make(name: str, k: int, device: torch.device, seed: int, compile_mode: str = "default", arch: str = "conv32",
+         hidden: int = 128):
+    base, compiled = name.removesuffix("+compile"), name.endswith("+compile")
+    if base not in MODELS:
+        raise SystemExit(f"error: unknown model {name!r}; choose from {', '.join(MODELS)} (each may end in +compile)")
     torch.manual_seed(seed)
-    kind, kw = MODELS[name]
-    net = NetworkConfig(arch="conv32", in_channels=3, num_res_layers=2, latent_dim=64)
+    kind, kw = MODELS[base]
+    net = NetworkConfig(arch=arch, in_channels=3, num_res_layers=2, latent_dim=64, hidden=hidden)
     model = VQAutoencoder.from_config(net, kind, num_codes=k, **kw).to(device).train()
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    if compiled:
+        model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
     return model, opt
 
 
@@ -88,23 +105,33 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=20, help="untimed steps per model first")
     ap.add_argument("--num-codes", type=int, default=512)
     ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--arch", default="conv32", choices=("conv32", "conv64"), help="the host network (conv64: 64x64)")
+    ap.add_argument("--hidden", type=int, default=128, help="the host's trunk channels")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--data-root", default=os.environ.get("VQWAE_DATA", "/work/shared/data"))
+    ap.add_argument("--compile-mode", default="default",
+                    choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
+                    help="torch.compile mode of the +compile models (reduce-overhead: CUDA graphs)")
     ap.add_argument("--json", default=None, help="write the results here")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     device = torch.device(a.device)
     names = [n.strip() for n in a.models.split(",") if n.strip()]
-    batches = [b.to(device) for b in load_batches(16, a.batch_size, a.data_root)]
-    runs = {n: make(n, a.num_codes, device, seed=0) for n in names}
+    size = {"conv32": 32, "conv64": 64}[a.arch]
+    batches = [b.to(device) for b in load_batches(16, a.batch_size, a.data_root, size=size)]
+    runs = {n: make(n, a.num_codes, device, seed=0, compile_mode=a.compile_mode, arch=a.arch, hidden=a.hidden)
+            for n in names}
     times = {n: [] for n in names}
+    warmup_s = {}
     load_before = loadavg()
-    for n in names:  # warm-up: allocator, the potentials, the first OT problems
+    for n in names:  # warm-up: allocator, the potentials, the first OT problems (and compiling)
+        t0 = time.perf_counter()
         for i in range(a.warmup):
             step(*runs[n], batches[i % len(batches)])
-    sync(device)
+        sync(device)
+        warmup_s[n] = time.perf_counter() - t0
     it = 0
     for r in range(a.rounds):
         order = names if r % 2 == 0 else names[::-1]  # alternate the order too
@@ -126,20 +153,22 @@ def main(argv=None):
         q = statistics.quantiles(t, n=4)
         med = statistics.median(t)
         rows.append(dict(model=n, median_ms=1e3 * med, p25_ms=1e3 * q[0], p75_ms=1e3 * q[2],
-                         ratio=(med / base) if base else None, steps=len(t)))
+                         ratio=(med / base) if base else None, steps=len(t), warmup_s=warmup_s[n]))
     info = dict(date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), machine=platform.node(),
                 processor=platform.processor() or platform.machine(), cpus=os.cpu_count(),
                 threads=torch.get_num_threads(), device=str(device), torch=torch.__version__,
                 load_before=load_before, load_after=load_after, command="python " + " ".join(sys.argv),
-                batch_size=a.batch_size, num_codes=a.num_codes)
+                batch_size=a.batch_size, num_codes=a.num_codes, compile_mode=a.compile_mode, arch=a.arch,
+                hidden=a.hidden)
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     print(f"# {info['date']}  {info['device']}  threads {info['threads']}  load {load_before} -> {load_after}")
-    print("| model | median ms/step | IQR (ms) | ratio to VQ-VAE |")
-    print("| --- | --- | --- | --- |")
+    print("| model | median ms/step | IQR (ms) | ratio to VQ-VAE | warm-up s |")
+    print("| --- | --- | --- | --- | --- |")
     for r in rows:
         ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
-        print(f"| {r['model']} | {r['median_ms']:.1f} | {r['p25_ms']:.1f}-{r['p75_ms']:.1f} | {ratio} |")
+        print(f"| {r['model']} | {r['median_ms']:.1f} | {r['p25_ms']:.1f}-{r['p75_ms']:.1f} | {ratio} | "
+              f"{r['warmup_s']:.1f} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(info=info, rows=rows), f, indent=2)

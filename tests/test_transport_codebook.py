@@ -1,5 +1,7 @@
 """codebook_update="transport": the codebook minimises the WS term exactly for the step's plan (an EMA of
 barycentres of the transported latents) instead of taking optimiser steps on it."""
+import warnings
+
 import ot
 import pytest
 import torch
@@ -139,3 +141,58 @@ def test_more_potential_steps_bring_the_cells_nearer_pi_on_the_same_batches():
 
     one, four = run(1), run(4)
     assert four < 0.75 * one, (one, four)  # measured: 0.113 against 0.069
+
+
+def _trained_state(compile_update: bool, num_positions=None, steps: int = 40) -> dict:
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=64, dim=8, num_positions=num_positions, compile_update=compile_update)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        z = torch.randn(16, 8, 4, 4, generator=g).requires_grad_(True)
+        out = q(z)
+        (out.loss + out.quantized.sum()).backward()
+    return q.state_dict()
+
+
+@pytest.mark.parametrize("num_positions", [None, 16])
+def test_the_compiled_update_moves_the_state_as_the_eager_one(num_positions):
+    """compile_update fuses the potential's ascent, the transport codebook and the split (vqwae.fused): the same
+    computation, up to float rounding, with no fallback (a warning would fail the test)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        compiled = _trained_state(True, num_positions)
+    eager = _trained_state(False, num_positions)
+    for name, value in eager.items():
+        if value.is_floating_point():
+            torch.testing.assert_close(compiled[name], value, rtol=1e-4, atol=1e-5, msg=name)
+        else:
+            assert torch.equal(compiled[name], value), name
+
+
+def test_a_compile_that_fails_warns_once_and_runs_eagerly(monkeypatch):
+    import vqwae.fused
+
+    def broken_compile(fn, **kw):
+        def fail(*a, **k):
+            raise torch._dynamo.exc.TorchDynamoException("inductor bug")
+        return fail
+
+    calls = []
+
+    class Holder:
+        compile_update = True
+
+        @vqwae.fused.fused_update
+        def update(self, x):
+            calls.append(x)
+            return x + 1
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    with pytest.warns(UserWarning, match="torch.compile failed .*inductor bug.*running it eagerly"):
+        assert Holder().update(1) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Holder().update(2) == 3  # eager from then on, silently
+    assert calls == [1, 2]
+    Holder.compile_update = False
+    assert Holder().update(3) == 4

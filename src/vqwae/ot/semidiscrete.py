@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from vqwae.fused import fused_update
 from vqwae.ot.cost import chunk_rows
 from vqwae.ot.histogram import code_histogram
 from vqwae.ot.transport import Solver, Transport, keep_by_group, latents_by_group
@@ -203,8 +204,9 @@ class SemiDiscreteSolver(Solver):
 
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False, *,
                  potential_lr: float | None = None, pooling: float = 4.0, scale_decay: float = 0.9,
-                 chunk_entries: int = CHUNK_ENTRIES, potential_steps: int = 1):
+                 chunk_entries: int = CHUNK_ENTRIES, potential_steps: int = 1, compile_update: bool = False):
         super().__init__(groups, num_codes, shared, global_batch)
+        self.compile_update = compile_update  # the per-step update through torch.compile (vqwae.fused)
         potential_lr = default_potential_lr(shared) if potential_lr is None else potential_lr
         self.potential_lr, self.pooling, self.scale_decay, self.chunk_entries = (potential_lr, pooling, scale_decay,
                                                                                   chunk_entries)
@@ -245,11 +247,18 @@ class SemiDiscreteSolver(Solver):
             g = self.code_potential()
             _, assigned, _ = assign(xg.detach(), codebook.detach(), g, self.chunk_entries, kg)
         value = semi_dual_value(xg, codebook, assigned, g, log_pi, kg)
-        mass = None
-        if update:
-            mass = assignment_mass(assigned, assigned.shape[1], self.num_codes, keep=kg)  # (G, K), this rank's
-            self._ascend(mass, quant_err, log_pi.detach().exp(), count=count)
+        mass = self._update(assigned, kg, quant_err, log_pi.detach(), count) if update else None
         return Transport(value=value, x=xg.detach(), assigned=assigned, mass=mass, keep=kg)
+
+    @fused_update
+    @torch.no_grad()
+    def _update(self, assigned: torch.Tensor, keep: torch.Tensor | None, quant_err: torch.Tensor,
+                log_pi: torch.Tensor, count: int | torch.Tensor) -> torch.Tensor:
+        """The training step's update of the solver's state from the batch's assignment (N, G): the mass (G, K)
+        it sends to each code (this rank's; returned) and one ascent step on the potential (``_ascend``)."""
+        mass = assignment_mass(assigned, assigned.shape[1], self.num_codes, keep=keep)
+        self._ascend(mass, quant_err, log_pi.exp(), count=count)
+        return mass
 
     @torch.no_grad()
     def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor, count: int | torch.Tensor,

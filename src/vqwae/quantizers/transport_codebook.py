@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from vqwae.fused import fused_update
 from vqwae.ot import Transport
 from vqwae.ot.histogram import code_histogram
 
@@ -20,6 +21,7 @@ class TransportCodebook:
     """Mixin of ``WassersteinQuantizer``: ``_transport_update`` (the Lloyd step with the transport plan) and
     ``_split_dead_cells`` (the LBG split of the cells the transport stopped reaching)."""
 
+    @fused_update
     @torch.no_grad()
     def _transport_update(self, t: Transport) -> None:
         """codebook_update="transport": move every code to the (EMA) barycentre of the latents transported to it.

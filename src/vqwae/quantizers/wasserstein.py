@@ -130,6 +130,9 @@ class WassersteinOptions:
     fit_steps: int = option(0, "vqwae semidiscrete: when training ends, ascent steps that solve the transport map's "
                             "potential on the training latents with the network held still (0: none; vqwae train "
                             "does it to the saved weights: BENCHMARKS.md section 29)", min=0)
+    compile_update: bool = option(False, "vqwae: run the quantizer's own per-step update (the potential's ascent, the "
+                                  "transport codebook, the split) through torch.compile, a few fused kernels instead "
+                                  "of ~65 launches (a GPU step 1.42x -> 1.32x VQ-VAE's; BENCHMARKS.md section 30)")
     chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
                                 min=1)
 
@@ -162,6 +165,8 @@ class WassersteinOptions:
             unread += ("quantize",)
         if not self.fit_steps:
             unread += ("fit_steps",)
+        if not self.compile_update:
+            unread += ("compile_update",)
         return unread
 
 
@@ -255,6 +260,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
             # straight-through estimator) and the WS term's at pull 1 (recorded by backward hooks: no host sync)
             self.register_buffer("pull_grads", torch.zeros(2))
         self.solver = build_solver(cfg, self.groups)
+        self.compile_update = cfg.compile_update  # the transport codebook's update through torch.compile (vqwae.fused)
 
     @property
     def codebook(self) -> torch.Tensor:
