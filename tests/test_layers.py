@@ -10,6 +10,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "vqwae"
 LAYERS = [
     ("files", "threads", "progress", "options"),
     ("distributed",),
+    ("fused",),
     ("ot",),
     ("quantizers",),
     ("models",),
