@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vqwae.distributed import is_distributed
-from vqwae.options import check_fields, option
+from vqwae.options import WHERE, check_fields, option
 from vqwae.ot import SOLVERS as SOLVER_CLASSES
 from vqwae.ot import build_solver
 from vqwae.ot.semidiscrete import CHUNK_ENTRIES, assignment_mass, default_potential_lr
@@ -132,7 +132,8 @@ class WassersteinOptions:
                             "does it to the saved weights: BENCHMARKS.md section 29)", min=0)
     compile_update: bool = option(False, "vqwae: run the quantizer's own per-step update (the potential's ascent, the "
                                   "transport codebook, the split) through torch.compile, a few fused kernels instead "
-                                  "of ~65 launches (a GPU step 1.42x -> 1.32x VQ-VAE's; BENCHMARKS.md section 30)")
+                                  "of ~65 launches (a GPU step 1.42x -> 1.32x VQ-VAE's; BENCHMARKS.md section 30)",
+                                  role=WHERE)
     chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
                                 min=1)
 
@@ -165,8 +166,6 @@ class WassersteinOptions:
             unread += ("quantize",)
         if not self.fit_steps:
             unread += ("fit_steps",)
-        if not self.compile_update:
-            unread += ("compile_update",)
         return unread
 
 

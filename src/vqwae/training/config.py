@@ -110,6 +110,10 @@ class RunOptions:
                          "pip install 'vqwae[tensorboard]')", choices=LOGGERS, role=WHERE)
     threads: int | None = option(None, "CPU threads on the CPU (env VQWAE_THREADS; None: the CPUs not already "
                                  "busy when training starts)", min=1, role=WHERE)
+    compile: bool = option(False, "torch.compile the autoencoder's training forward and backward (inductor; the "
+                           "optimiser and evaluation stay eager): on an H100 VQ-WAE's step went from 1.41x to 1.17x "
+                           "VQ-VAE's (BENCHMARKS.md section 30); compiling takes seconds to a minute per process",
+                           role=WHERE)
     preset: str | None = option(None, "the preset applied (recorded for provenance)")
 
     def __post_init__(self):

@@ -271,6 +271,8 @@ class _Training:
             # written) are written again by this run.
             folder.truncate_metrics(self.run_dir, self.epoch)
         self.ddp_model = _wrap_ddp(self.model) if self.dist.enabled else self.model
+        if self.cfg.run.compile:  # after DDP, as torch recommends; the weights stay self.model's (saved unprefixed)
+            self.ddp_model = torch.compile(self.ddp_model)
         if self.gan is not None and self.dist.enabled:
             self.gan.wrap_ddp(DDP)
         self.logger = scope.enter_context(contextlib.closing(build_logger(self.cfg.run.logger, self.run_dir, main)))
