@@ -196,3 +196,21 @@ def test_a_compile_that_fails_warns_once_and_runs_eagerly(monkeypatch):
     assert calls == [1, 2]
     Holder.compile_update = False
     assert Holder().update(3) == 4
+
+
+def test_compiled_updates_of_several_configurations_each_keep_their_own_graphs(monkeypatch):
+    """Every configuration compiles its two update functions once, in its first step, and no function's graphs
+    crowd out another's: with dynamo's cache cut to 2 graphs per function, two configurations fit (the methods
+    must not share a code object through a @torch.no_grad() wrapper: they did, and eight configurations in one
+    process overflowed it, a hard error under fullgraph=True)."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a fallback to eager would warn
+        for k in (16, 32):
+            q = WassersteinQuantizer(num_codes=k, dim=4, compile_update=True)
+            for _ in range(3):
+                z = torch.randn(8, 4, 2, 2, requires_grad=True)
+                out = q(z)
+                (out.loss + out.quantized.sum()).backward()
+    torch._dynamo.reset()

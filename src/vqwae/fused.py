@@ -10,9 +10,11 @@ symbolic size to read back).
 ``compile_update=True`` (a quantizer option; default False) compiles it, on any device, except under DDP, whose
 all-reduces sit inside the update, inside a region the caller compiles (dynamo traces the method itself), and
 under a Python dispatch mode.
-On an H100 it took the step from 1.42x to 1.32x VQ-VAE's; it is not the default because the GPU sync check
-failed for two configurations (a residual stack, a masked batch) when they ran after others in one process,
-though each passed alone (section 30: not yet understood). A compile that fails (an inductor bug of the
+On an H100 it took the step from 1.42x to 1.32x VQ-VAE's. It is not the default: the GPU sync check failed for
+the two configurations that ran last in one process (a residual stack, a masked batch), each passing alone. The
+cause, found afterwards on the CPU (section 30): both updates then ran through one ``@torch.no_grad()`` wrapper,
+whose code object dynamo's cache shared between them, so the later configurations overflowed it (recompiles, then
+a hard error). Fixed and tested on the CPU; the GPU check is to be re-run before the default changes. A compile that fails (an inductor bug of the
 installed torch, a graph break) warns once and runs eagerly from then on: the update is the same computation
 either way, up to float rounding.
 
@@ -37,29 +39,35 @@ def wants_compile(setting: bool) -> bool:
 
 
 def fused_update(method):
-    """Decorator of a no-grad method of an object with a ``compile_update`` attribute: the method runs through
-    ``torch.compile(fullgraph=True, dynamic=False)`` when :func:`wants_compile` says so, else eagerly. The
-    compiled function is made at the first compiled call and shared by all instances (dynamo keys its graphs on
-    the state's shapes and dtypes)."""
+    """Decorator of a state update ``method(self, ...)`` of an object with a ``compile_update`` attribute: the
+    method runs without autograd, through ``torch.compile(fullgraph=True, dynamic=False)`` when
+    :func:`wants_compile` says so, else eagerly. The compiled function is made at the first compiled call and
+    shared by all instances (dynamo keys its graphs on the state's shapes and the options' values).
+
+    The method itself must not carry ``@torch.no_grad()``: every function so decorated runs through one wrapper
+    whose code object dynamo's cache would share between them, and eight configurations filled it (its recompile
+    limit), which ``fullgraph=True`` turns into an error."""
     compiled = None
     failed = False
 
     @functools.wraps(method)
     def update(self, *args, **kwargs):
         nonlocal compiled, failed
-        if failed or not wants_compile(self.compile_update):
-            return method(self, *args, **kwargs)
-        if compiled is None:
-            # static shapes: a symbolic size can cost a host read; a new batch size recompiles (dynamo's cache
-            # keeps 8 graphs per method, then runs it eagerly)
-            compiled = torch.compile(method, fullgraph=True, dynamic=False)
-        try:
-            return compiled(self, *args, **kwargs)
-        except torch._dynamo.exc.TorchDynamoException as e:  # raised while tracing or compiling, before it runs
-            failed = True
-            reason = str(e).splitlines()[0] if str(e) else ""
-            warnings.warn(f"{method.__qualname__}: torch.compile failed ({type(e).__name__}: {reason}); "
-                          "running it eagerly", stacklevel=2)
-            return method(self, *args, **kwargs)
+        with torch.no_grad():
+            if failed or not wants_compile(self.compile_update):
+                return method(self, *args, **kwargs)
+            if compiled is None:
+                # static shapes: no symbolic size to read back; another batch size recompiles
+                compiled = torch.compile(method, fullgraph=True, dynamic=False)
+            try:
+                return compiled(self, *args, **kwargs)
+            # raised while tracing or compiling, before the graph runs: an inductor bug, a graph break, or more
+            # configurations than dynamo's cache keeps per function (recompile_limit)
+            except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as e:
+                failed = True
+                reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                warnings.warn(f"{method.__qualname__}: torch.compile failed ({type(e).__name__}: {reason}); "
+                              "running it eagerly from now on", stacklevel=2)
+                return method(self, *args, **kwargs)
 
     return update

@@ -251,7 +251,6 @@ class SemiDiscreteSolver(Solver):
         return Transport(value=value, x=xg.detach(), assigned=assigned, mass=mass, keep=kg)
 
     @fused_update
-    @torch.no_grad()
     def _update(self, assigned: torch.Tensor, keep: torch.Tensor | None, quant_err: torch.Tensor,
                 log_pi: torch.Tensor, count: int | torch.Tensor) -> torch.Tensor:
         """The training step's update of the solver's state from the batch's assignment (N, G): the mass (G, K)

@@ -22,7 +22,6 @@ class TransportCodebook:
     ``_split_dead_cells`` (the LBG split of the cells the transport stopped reaching)."""
 
     @fused_update
-    @torch.no_grad()
     def _transport_update(self, t: Transport) -> None:
         """codebook_update="transport": move every code to the (EMA) barycentre of the latents transported to it.
 
