@@ -38,6 +38,14 @@ def wants_compile(setting: bool) -> bool:
             and _get_current_dispatch_mode() is None)
 
 
+def _compile_error(e: Exception) -> bool:
+    """Whether ``e`` is raised by torch.compile while tracing or compiling, before the graph runs: an inductor bug,
+    a graph break, or more configurations than dynamo's cache keeps per function (its recompile limit)."""
+    exc = torch._dynamo.exc  # imported by torch.compile by now (an import of its own costs ~1 s)
+    kinds = tuple(getattr(exc, n) for n in ("TorchDynamoException", "FailOnRecompileLimitHit") if hasattr(exc, n))
+    return isinstance(e, kinds)
+
+
 def fused_update(method):
     """Decorator of a state update ``method(self, ...)`` of an object with a ``compile_update`` attribute: the
     method runs without autograd, through ``torch.compile(fullgraph=True, dynamic=False)`` when
@@ -61,9 +69,9 @@ def fused_update(method):
                 compiled = torch.compile(method, fullgraph=True, dynamic=False)
             try:
                 return compiled(self, *args, **kwargs)
-            # raised while tracing or compiling, before the graph runs: an inductor bug, a graph break, or more
-            # configurations than dynamo's cache keeps per function (recompile_limit)
-            except (torch._dynamo.exc.TorchDynamoException, torch._dynamo.exc.FailOnRecompileLimitHit) as e:
+            except Exception as e:
+                if not _compile_error(e):
+                    raise
                 failed = True
                 reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
                 warnings.warn(f"{method.__qualname__}: torch.compile failed ({type(e).__name__}: {reason}); "
