@@ -119,7 +119,7 @@ def main(argv=None):
         torch.set_num_threads(a.threads)
     device = torch.device(a.device)
     names = [n.strip() for n in a.models.split(",") if n.strip()]
-    size = {"conv32": 32, "conv64": 64}[a.arch]
+    size = NetworkConfig(arch=a.arch).image_side
     batches = [b.to(device) for b in load_batches(16, a.batch_size, a.data_root, size=size)]
     runs = {n: make(n, a.num_codes, device, seed=0, compile_mode=a.compile_mode, arch=a.arch, hidden=a.hidden)
             for n in names}

@@ -4,7 +4,8 @@ latents with the network held still (issues #34, #35; BENCHMARKS.md section 29).
 For each run folder (trained with ``quantize="transport"``, whose decoder reads the map): the usage of the decoder's
 code on the first 1,000 test images against the run's fixed pi (Pearson correlation, total variation, as the
 report's controllability table), the test MSE, and the cells' TV on the training latents, before and after
-``fit_transport`` on the first 20,000 training images (the trainer's FIT_IMAGES). The run folder is not changed.
+``fit_transport`` on the latents ``vqwae train`` fits on (``fit_latents``: the first 20,000 training images). The
+run folder is not changed.
 
     .venv/bin/python benchmarks/transport_fit.py RUN_DIR [RUN_DIR ...] [--steps 1000] [--data-root ../shared/data]
 
@@ -25,7 +26,7 @@ from vqwae.data import load_splits
 from vqwae.models import VQAutoencoder
 from vqwae.quantizers.wasserstein import initial_pi
 from vqwae.reproduce.claims import usage_against_pi
-from vqwae.training.trainer import FIT_IMAGES
+from vqwae.training.trainer import FIT_IMAGES, fit_latents
 
 HERE = Path(__file__).resolve().parent
 
@@ -64,9 +65,7 @@ def main():
         test = images(splits.test, 1000)
         pi = initial_pi(vq["pi_init"], 1, model.quantizer.num_codes)[0].numpy()
         before = test_figures(model, test, pi)
-        with torch.no_grad():
-            train = images(splits.train, FIT_IMAGES)
-            z = torch.cat([model.encoder(train[i:i + 500]) for i in range(0, len(train), 500)])
+        z, _ = fit_latents(model, splits.train)  # the latents vqwae train fits on
         t0 = time.perf_counter()
         fit = model.quantizer.fit_transport(z, args.steps, generator=torch.Generator().manual_seed(0))
         seconds = time.perf_counter() - t0

@@ -1,7 +1,7 @@
 """The quantizers' own state updates as fused kernels: ``torch.compile`` of a no-grad method (opt-in).
 
 VQ-WAE's training step keeps state beside the network's parameters (the semidiscrete potential's ascent, the
-transport codebook's EMAs, the split of dead cells): about 75 small operators per step, each a kernel launch. On a
+transport codebook's EMAs, the split of dead cells): about 65 small operators per step, each a kernel launch. On a
 GPU such a step is bound by launches, not arithmetic (BENCHMARKS.md section 30: on an H100 the quantizer's
 kernels run for 0.35 ms of a 5.4 ms step). Compiled, inductor fuses them into a few kernels. The update has
 no host synchronisation, so it traces as one graph (``fullgraph=True``), with static shapes (``dynamic=False``: no
@@ -9,14 +9,14 @@ symbolic size to read back).
 
 ``compile_update=True`` (a quantizer option; default False) compiles it, on any device, except under DDP, whose
 all-reduces sit inside the update, inside a region the caller compiles (dynamo traces the method itself), and
-under a Python dispatch mode.
-On an H100 it took the step from 1.42x to 1.32x VQ-VAE's. It is not the default: the GPU sync check failed for
-the two configurations that ran last in one process (a residual stack, a masked batch), each passing alone. The
-cause, found afterwards on the CPU (section 30): both updates then ran through one ``@torch.no_grad()`` wrapper,
-whose code object dynamo's cache shared between them, so the later configurations overflowed it (recompiles, then
-a hard error). Fixed and tested on the CPU; the GPU check is to be re-run before the default changes. A compile that fails (an inductor bug of the
-installed torch, a graph break) warns once and runs eagerly from then on: the update is the same computation
-either way, up to float rounding.
+under a Python dispatch mode. On an H100 it took the step from 1.42x to 1.32x VQ-VAE's. It is not the default:
+the GPU sync check failed for the two configurations that ran last in one process (a residual stack, a masked
+batch), each passing alone. The likely cause, found afterwards on the CPU (section 30): both updates then ran
+through one ``@torch.no_grad()`` wrapper, whose code object dynamo's cache shared between them, so the later
+configurations overflowed it (recompiles, then a hard error). Fixed and tested on the CPU; the GPU check is to be
+re-run before the default changes. A compile that fails (an inductor bug of the installed torch, a graph break, a
+full cache) warns once and runs eagerly from then on: the update is the same computation either way, up to float
+rounding.
 
 Written by hand because no library offers "compile this method, lazily, where it pays, with a fallback".
 """

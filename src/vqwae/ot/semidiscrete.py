@@ -242,8 +242,7 @@ class SemiDiscreteSolver(Solver):
         # potential_steps > 1: step g, re-assign the batch to it, step again: the plan that moves the codebook and
         # the WS value then come from a potential nearer the batch's optimum (one distance pass each).
         for _ in range(self.potential_steps - 1 if update else 0):
-            self._ascend(assignment_mass(assigned, assigned.shape[1], self.num_codes, keep=kg), quant_err,
-                         log_pi.detach().exp(), count=count, scale=False)
+            self._update(assigned, kg, quant_err, log_pi.detach(), count, scale=False)
             g = self.code_potential()
             _, assigned, _ = assign(xg.detach(), codebook.detach(), g, self.chunk_entries, kg)
         value = semi_dual_value(xg, codebook, assigned, g, log_pi, kg)
@@ -252,11 +251,12 @@ class SemiDiscreteSolver(Solver):
 
     @fused_update
     def _update(self, assigned: torch.Tensor, keep: torch.Tensor | None, quant_err: torch.Tensor,
-                log_pi: torch.Tensor, count: int | torch.Tensor) -> torch.Tensor:
+                log_pi: torch.Tensor, count: int | torch.Tensor, scale: bool = True) -> torch.Tensor:
         """The training step's update of the solver's state from the batch's assignment (N, G): the mass (G, K)
-        it sends to each code (this rank's; returned) and one ascent step on the potential (``_ascend``)."""
+        it sends to each code (this rank's; returned) and one ascent step on the potential (``_ascend``; ``scale``
+        as there)."""
         mass = assignment_mass(assigned, assigned.shape[1], self.num_codes, keep=keep)
-        self._ascend(mass, quant_err, log_pi.exp(), count=count)
+        self._ascend(mass, quant_err, log_pi.exp(), count=count, scale=scale)
         return mass
 
     @torch.no_grad()

@@ -259,11 +259,15 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
             # straight-through estimator) and the WS term's at pull 1 (recorded by backward hooks: no host sync)
             self.register_buffer("pull_grads", torch.zeros(2))
         self.solver = build_solver(cfg, self.groups)
-        self.compile_update = cfg.compile_update  # the transport codebook's update through torch.compile (vqwae.fused)
 
     @property
     def codebook(self) -> torch.Tensor:
         return self.embedding
+
+    @property
+    def compile_update(self) -> bool:
+        """Whether the transport codebook's update runs through torch.compile (``vqwae.fused``)."""
+        return self.config.compile_update
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         upgrade_wasserstein_state_dict(state_dict, prefix, self.config)

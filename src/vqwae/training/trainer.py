@@ -53,6 +53,18 @@ FIT_IMAGES = 20_000
 FIT_LATENT_FLOATS = 1 << 27
 
 
+@torch.no_grad()
+def fit_latents(model: VQAutoencoder, images, device: torch.device | str = "cpu") -> tuple[torch.Tensor, int]:
+    """The encoder's latents of the first images of ``images`` (a data set of (image, ...) items) that fit_steps
+    solves the transport map on: at most FIT_IMAGES images and FIT_LATENT_FLOATS latent values. Returns (the
+    latents in the quantizer's input layout, how many images)."""
+    per_image = model.encoder(images[0][0][None].to(device)).numel()  # D x M latent values of one image
+    n = max(1, min(len(images), FIT_IMAGES, FIT_LATENT_FLOATS // per_image))
+    z = torch.cat([model.encoder(torch.stack([images[i][0] for i in range(s, min(s + 256, n))]).to(device))
+                   for s in range(0, n, 256)])
+    return z, n
+
+
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or Inf; the last good checkpoint is kept."""
 
@@ -385,11 +397,7 @@ class _Training:
         if folder.read_transport_fit(self.run_dir).get("weights_fingerprint") == folder.model_fingerprint(self.run_dir):
             return
         model = VQAutoencoder.from_pretrained(self.run_dir).to(self.device)
-        train = self.splits.train
-        per_image = model.encoder(train[0][0][None].to(self.device)).numel()  # D x M latent values of one image
-        n = max(1, min(len(train), FIT_IMAGES, FIT_LATENT_FLOATS // per_image))
-        z = torch.cat([model.encoder(torch.stack([train[i][0] for i in range(s, min(s + 256, n))]).to(self.device))
-                       for s in range(0, n, 256)])
+        z, n = fit_latents(model, self.splits.train, self.device)
         result = model.quantizer.fit_transport(z, steps, generator=torch.Generator(self.device).manual_seed(
             self.cfg.run.seed))
         model.save_pretrained(self.run_dir)
