@@ -159,3 +159,16 @@ def test_vqgan_sizes_are_read_only_by_a_vqgan_network():
     sizes = {("network", f.name) for f in dataclasses.fields(VQGANSizes)}
     assert sizes <= set(TrainConfig.resolve().unread())
     assert not sizes & set(TrainConfig.resolve(arch="vqgan").unread())
+
+
+def test_the_papers_presets_keep_one_pi_per_position_and_only_vqwae_carries_the_option():
+    """The training default is the drop-in quantizer's shared pi (test_training); the paper's presets keep one pi
+    per position, and a method without a pi does not carry the option in its run key."""
+    from vqwae.reproduce.runner import run_key
+
+    for preset in ("paper", "paper-fast", "ffhq"):
+        assert TrainConfig.resolve(preset=preset).quantizer_config(64)[1].num_positions == 64, preset
+    _, per_position = TrainConfig.resolve(shared_pi=False).quantizer_config(64)
+    assert per_position.num_positions == 64
+    vq = TrainConfig.resolve(model="vqvae")
+    assert run_key(vq) == run_key(vq.replace(shared_pi=False))

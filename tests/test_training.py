@@ -157,7 +157,7 @@ def test_train_defaults_are_the_quantizer_defaults_and_the_paper_preset_is_the_a
 
     kind, config = TrainConfig().quantizer_config(64)
     assert kind == "wasserstein"
-    assert config == WassersteinConfig(num_positions=64)  # every field the quantizer's own default
+    assert config == WassersteinConfig()  # every field the quantizer's own default, the shared pi included
     _, paper = TrainConfig.resolve(preset="paper").quantizer_config(64)
     assert (paper.solver, paper.ws_weight, paper.kl_reduction, paper.codebook_init, paper.codebook_update) == (
         "exact", 1e-3, "mean", "normal", "gradient")

@@ -70,14 +70,15 @@ PRESETS: dict[str, dict] = {
     "ffhq": dict(arch="vqgan", dataset="ffhq", image_size=256, num_codes=1024, dim=256, ch=128,
                  ch_mult="1,1,2,2,4", num_res_blocks=2, attn_resolutions="16", z_channels=256,
                  perceptual_weight=1.0, disc_weight=0.8, disc_start=30001, beta=0.25, ws_weight=1e-3,
-                 kl_weight=1.0, lr=4.5e-6 * 32, batch_size=32, epochs=100),
+                 kl_weight=1.0, shared_pi=False, lr=4.5e-6 * 32, batch_size=32, epochs=100),
 }
 
 
 @dataclass(frozen=True)
 class QuantizerOptions(CodebookShape):
-    shared_pi: bool = option(False, "vqwae: one pi for all positions (the authors' 'global' variant)",
-                             negative="per-position-pi")
+    shared_pi: bool = option(True, "vqwae: one pi for all positions (the authors' 'global' variant, the drop-in "
+                             "quantizer's default); --per-position-pi: one pi per latent position (the paper's, "
+                             "--preset paper; BENCHMARKS.md section 34)", negative="per-position-pi")
     vqwae: WassersteinOptions = section(WassersteinOptions)
     vqvae: VectorOptions = section(VectorOptions)
     sqvae: StochasticOptions = section(StochasticOptions)
@@ -144,6 +145,8 @@ class TrainConfig:
         options its own method leaves unread (``unread()`` of its section), the network's (``NetworkOptions``)
         and, unless the network is VQGAN's, the adversarial section."""
         paths = [("quantizer", m) for m in MODELS if m != self.model]
+        if self.model != "vqwae":
+            paths.append(("quantizer", "shared_pi"))  # VQ-WAE's pi: no other method has one
         options = getattr(self.quantizer, self.model)
         paths += [("quantizer", self.model, k) for k in (options.unread() if hasattr(options, "unread") else ())]
         paths += [("network", k) for k in self.network.unread()]
