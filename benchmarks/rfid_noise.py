@@ -11,7 +11,7 @@ measures rFID's own spread, for the claims that an rFID decides:
     python benchmarks/rfid_noise.py RUN_A RUN_B ... --data-root ../shared/data --subsets 4 --size 1000 \\
         --out benchmarks/results/rfid_noise_mnist.json
 
-Each run's real features are computed once per slice and shared between the runs (same split, same images).
+The real images' features are computed once per slice and serve every run (same split, same images).
 Results are written after every run, so a killed command keeps what it measured.
 """
 from __future__ import annotations
@@ -30,14 +30,13 @@ from vqwae.metrics.fid import fid_from_features, load_inception
 from vqwae.runs import layout
 
 
-def features(inception, model, data, indices, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inception features (N, 2048) of the images at ``indices`` and of their reconstructions by ``model``."""
-    real, fake = [], []
+def features(inception, data, indices, batch_size: int, model=None) -> torch.Tensor:
+    """Inception features (N, 2048) of the test images at ``indices``, or of their reconstructions by ``model``."""
+    out = []
     with torch.no_grad():
         for x, _ in DataLoader(Subset(data, indices), batch_size=batch_size, shuffle=False):
-            real.append(inception(x))
-            fake.append(inception(model(x)[0].clamp(0, 1)) if model is not None else None)
-    return torch.cat(real), (torch.cat(fake) if model is not None else None)
+            out.append(inception(x if model is None else model(x)[0].clamp(0, 1)))
+    return torch.cat(out)
 
 
 def main(argv=None) -> None:
@@ -70,9 +69,9 @@ def main(argv=None) -> None:
         t0 = time.perf_counter()
         fids = []
         for s, idx in enumerate(slices if r < args.subset_runs else slices[:1]):
-            real, fake = features(inception, model, data, list(idx), args.batch_size)
-            real_cache.setdefault(s, real)  # the same images for every run: the first run's features serve all
-            fids.append(fid_from_features(real_cache[s], fake))
+            if s not in real_cache:  # the same images for every run: computed once
+                real_cache[s] = features(inception, data, list(idx), args.batch_size)
+            fids.append(fid_from_features(real_cache[s], features(inception, data, list(idx), args.batch_size, model)))
         result["runs"][str(run)] = {"dataset": cfg.data.dataset, "seed": cfg.run.seed, "rfid_by_slice": fids,
                                     "seconds": time.perf_counter() - t0}
         print(f"{run}: rFID by slice {[round(f, 2) for f in fids]}", flush=True)
