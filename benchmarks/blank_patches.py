@@ -10,7 +10,9 @@ first ``--limit`` test images:
 - the share of blank patches, the codes their latents take (number, perplexity) and the codes of the other patches;
 - the background's share of the squared error and the reconstructions' mean there;
 - SSIM at 256 (as the report) and rFID, as evaluated and with every reconstructed pixel below ``--floor`` set to 0
-  (which removes the faint background and little else: the MSE is reported for both).
+  (which removes the faint background and little else: the MSE is reported for both);
+- with ``--generation N``: the generation FID of N images sampled from the run's unconditional prior (RUN/prior, as
+  the report trains it; seed 0 as the report samples), as decoded and floored.
 
     python benchmarks/blank_patches.py RUN [RUN ...] --data-root ../shared/data --out benchmarks/results/blank_patches.json
 """
@@ -29,6 +31,7 @@ from vqwae.metrics.fid_cache import FIDStatsCache
 from vqwae.metrics.image import ssim
 from vqwae.runs import layout
 from vqwae.runs.generation import real_stats_key
+from vqwae.runs.prior import generate
 
 BLANK = 1 / 255  # a pixel below this is background (MNIST's are exactly 0)
 
@@ -44,7 +47,8 @@ def batched_ssim(a: torch.Tensor, b: torch.Tensor, chunk: int = 50) -> float:
                for i in range(0, len(a), chunk)) / len(a)
 
 
-def measure(run: Path, data_root: str | None, limit: int, floor: float, inception) -> dict:
+def measure(run: Path, data_root: str | None, limit: int, floor: float, inception, generation: int = 0,
+            rfid: bool = True) -> dict:
     cfg = layout.read_config(run)
     model = layout.load_model(run, torch.device("cpu")).eval()
     root = layout.data_root_of(cfg, data_root)
@@ -82,8 +86,15 @@ def measure(run: Path, data_root: str | None, limit: int, floor: float, inceptio
         real = cache.lookup(key, inception.identity, len(x))
         if real is None:
             real = feature_statistics(inception(x))
-        result.update(rfid=fid_against_statistics(*real, inception(y)),
-                      rfid_floored=fid_against_statistics(*real, inception(floored)))
+        if rfid:
+            result.update(rfid=fid_against_statistics(*real, inception(y)),
+                          rfid_floored=fid_against_statistics(*real, inception(floored)))
+        if generation:
+            samples = generate(run, generation, conditional=False, seed=0)[0]
+            result.update(generated=generation, gfid_uncond=fid_against_statistics(*real, inception(samples)),
+                          gfid_uncond_floored=fid_against_statistics(
+                              *real, inception(torch.where(samples < floor, torch.zeros_like(samples), samples))),
+                          generated_below_floor_mean=float(samples[samples < floor].mean()))
     return result
 
 
@@ -95,18 +106,21 @@ def main(argv=None) -> None:
     ap.add_argument("--floor", type=float, default=0.05, help="reconstructed pixels below this set to 0")
     ap.add_argument("--rfid", action=argparse.BooleanOptionalAction, default=True,
                     help="also rFID, as evaluated and floored (Inception: $VQWAE_INCEPTION_WEIGHTS)")
+    ap.add_argument("--generation", type=int, default=0, help="also the unconditional generation FID of this many "
+                    "samples from RUN/prior, as decoded and floored (0: none)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     inception = None
-    if args.rfid:
+    if args.rfid or args.generation:
         inception, why = load_inception(download=False, num_threads=args.threads)
         if inception is None:
             raise SystemExit(f"blank_patches: {why}")
     results = []
     for run in args.runs:
-        results.append(measure(run, args.data_root, args.limit, args.floor, inception))
+        results.append(measure(run, args.data_root, args.limit, args.floor, inception, args.generation,
+                               args.rfid))
         print(json.dumps(results[-1], indent=1), flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(args.out, json.dumps(results, indent=1))
