@@ -20,8 +20,9 @@ SEED_SPREAD = 0.07  # relative; MSE, FIDs, perplexity: two seeds of one configur
                     # (BENCHMARKS 8n: the peer's 0.00342 vs 0.00319; VQ-WAE's 0.00353 vs 0.00345)
 RFID_SEED_SPREAD = {"mnist": 0.41}  # relative, by dataset; on MNIST two seeds of the shipped configuration gave
                                     # rFID 25.9 and 15.4 where the same weights on three disjoint 1,000-image test
-                                    # slices gave 25.9-26.1: the training seed moves it, through the faint decodings
-                                    # of the blank patches' codes (BENCHMARKS.md section 35). Elsewhere SEED_SPREAD.
+                                    # slices gave 25.9-26.1: the training seed moves it, through the grey the
+                                    # decoder paints MNIST's black background (BENCHMARKS.md section 35). Elsewhere
+                                    # SEED_SPREAD.
 SILHOUETTE_SPREAD = 0.01  # absolute; three t-SNE seeds and a second 1,000-image subset spread the silhouette of
                           # each of two CIFAR-10 runs of the cpu report over 0.010 and 0.011 (a floor: the
                           # training seed's share is not in it)
