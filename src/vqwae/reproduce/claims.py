@@ -28,17 +28,24 @@ SILHOUETTE_SPREAD = 0.01  # absolute; three t-SNE seeds and a second 1,000-image
                           # training seed's share is not in it)
 
 
-def within_seed_spread(a: float, b: float) -> bool:
-    return abs(a - b) < SEED_SPREAD * max(abs(a), abs(b))
+def within_relative(spread: float):
+    """Whether two values are closer than ``spread`` of the larger (in absolute value)."""
+    def close(a: float, b: float) -> bool:
+        return abs(a - b) < spread * max(abs(a), abs(b))
+    return close
+
+
+within_seed_spread = within_relative(SEED_SPREAD)
+
+
+def rfid_spread(dataset: str) -> float:
+    """rFID's relative seed spread on ``dataset``: measured where RFID_SEED_SPREAD has it, else SEED_SPREAD."""
+    return RFID_SEED_SPREAD.get(dataset, SEED_SPREAD)
 
 
 def within_rfid_spread(dataset: str):
     """Whether two rFIDs on ``dataset`` are closer than two seeds of one configuration's were there."""
-    spread = RFID_SEED_SPREAD.get(dataset, SEED_SPREAD)
-
-    def close(a: float, b: float) -> bool:
-        return abs(a - b) < spread * max(abs(a), abs(b))
-    return close
+    return within_relative(rfid_spread(dataset))
 
 
 def within_silhouette_spread(a: float, b: float) -> bool:

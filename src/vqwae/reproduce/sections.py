@@ -18,9 +18,9 @@ from vqwae.reproduce.grid import (BASELINES, CODEBOOK_SIZES, CONTROLLED_PI, CONT
                                   PI_INITS,
                                   PAPER_ROWS, PI_MODES, WAE_ROWS, Budget, RunSpec, codebook_size_spec, eval_level, ffhq_spec,
                                   controllability_spec, lambda_spec, pi_spec, row_spec)
-from vqwae.reproduce.claims import (NAMES, RFID_SEED_SPREAD, SEED_SPREAD, claim_best, claim_monotone, claim_steadier,
-                                   usage_against_pi, vqwae_best, within_accuracy_error, within_rfid_spread,
-                                   within_seed_spread, within_silhouette_spread)
+from vqwae.reproduce.claims import (NAMES, claim_best, claim_monotone, claim_steadier, rfid_spread, usage_against_pi,
+                                   vqwae_best, within_accuracy_error, within_rfid_spread, within_seed_spread,
+                                   within_silhouette_spread)
 from vqwae.reproduce.report import Claim, Section, fmt
 from vqwae.runs import layout
 from vqwae.runs.generation import generation_fid
@@ -200,7 +200,7 @@ def lam(datasets, results, b: Budget, out: Path, **_) -> Section:
                              _paper_pair(_get(results, s, "perplexity"), paper.get("perplexity"))])
         if not any(None in v for v in rfids.values()):
             claims.append(claim_steadier(f"{d}: with lambda_r = 1 the rFID varies less across lambda than with "
-                                          "lambda_r = 0", rfids, "paper", RFID_SEED_SPREAD.get(d, SEED_SPREAD)))
+                                          "lambda_r = 0", rfids, "paper", rfid_spread(d)))
     return Section("lambda and lambda_r", P.LAMBDA["table"] + " (paper values are CIFAR-10 only)" + _ablation(b),
                    ["dataset", "lambda_r", "lambda", "rFID (paper)", "perplexity (paper)"], rows, claims)
 
