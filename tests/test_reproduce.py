@@ -144,6 +144,27 @@ def test_a_record_without_what_the_report_needs_is_trained_again(tmp_path):
     assert layout.has_weights(run_dir)  # the probe needs the weights: trained again
 
 
+def test_a_run_killed_between_training_and_its_transport_fit_is_fitted_and_evaluated_again(tmp_path):
+    # fit_steps solves the map after the last epoch; a kill before it left a run that looked finished, so its
+    # report cell was the unfitted map's (BENCHMARKS 36). Training is finished only once the saved weights are fitted.
+    from vqwae.reproduce.grid import spec as make_spec
+    from vqwae.reproduce.runner import ensure_run, run_dir_for, run_status
+    from vqwae.runs import layout
+
+    smoke = BUDGETS["smoke"]
+    s = make_spec("digits", "vqwae", learn_pi=False, pi_init="peaked", quantize="transport", fit_steps=50)
+    ensure_run(tmp_path, s, smoke, None, level="usage", device="cpu")
+    run_dir = run_dir_for(tmp_path, s, s.config_values(smoke, None))
+    assert run_status(tmp_path, s, smoke, None, level="usage") == "done"
+    (run_dir / "transport_fit.json").unlink()  # as if killed after the last epoch, before the fit
+    layout.update_eval(run_dir, {"made_before_the_fit": True})
+    assert run_status(tmp_path, s, smoke, None, level="usage") == "partial"
+    again = ensure_run(tmp_path, s, smoke, None, level="usage", device="cpu")
+    assert again["trained_now"] and (run_dir / "transport_fit.json").is_file()
+    assert "made_before_the_fit" not in again and "perplexity" in again  # evaluated again, on the fitted weights
+    assert run_status(tmp_path, s, smoke, None, level="usage") == "done"
+
+
 def test_the_run_key_follows_every_option_the_run_reads_and_no_other():
     # A default that changes (SQ-VAE's latent_scale did) must not let a run trained before pass for one after.
     from vqwae.reproduce.runner import run_key

@@ -9,14 +9,13 @@ symbolic size to read back).
 
 ``compile_update=True`` (a quantizer option; default False) compiles it, on any device, except under DDP, whose
 all-reduces sit inside the update, inside a region the caller compiles (dynamo traces the method itself), and
-under a Python dispatch mode. On an H100 it took the step from 1.42x to 1.32x VQ-VAE's. It is not the default:
-the GPU sync check failed for the two configurations that ran last in one process (a residual stack, a masked
-batch), each passing alone. The likely cause, found afterwards on the CPU (section 30): both updates then ran
-through one ``@torch.no_grad()`` wrapper, whose code object dynamo's cache shared between them, so the later
-configurations overflowed it (recompiles, then a hard error). Fixed and tested on the CPU; the GPU check is to be
-re-run before the default changes. A compile that fails (an inductor bug of the installed torch, a graph break, a
-full cache) warns once and runs eagerly from then on: the update is the same computation either way, up to float
-rounding.
+under a Python dispatch mode. On an H100 the quantizer's kernels fall from 176 to 112 per step and the training
+step gains 0-10% (BENCHMARKS.md section 36). Each compiled method has its own dynamo cache (``fused_update`` applies
+no_grad around the compiled call): through one shared ``@torch.no_grad()`` wrapper the configurations of one
+process overflowed a shared cache and synchronised on the GPU (section 30). With that fixed the GPU sync check
+passes with the update compiled (section 36); it stays opt-in because the gain is small for a compile step.
+A compile that fails (an inductor bug of the installed torch, a graph break, a full cache) warns once and runs
+eagerly from then on: the update is the same computation either way, up to float rounding.
 
 Written by hand because no library offers "compile this method, lazily, where it pays, with a fallback".
 """

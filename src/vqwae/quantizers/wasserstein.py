@@ -132,7 +132,7 @@ class WassersteinOptions:
                             "does it to the saved weights: BENCHMARKS.md section 29)", min=0)
     compile_update: bool = option(False, "vqwae: run the quantizer's own per-step update (the potential's ascent, the "
                                   "transport codebook, the split) through torch.compile, a few fused kernels instead "
-                                  "of ~65 launches (a GPU step 1.42x -> 1.32x VQ-VAE's; BENCHMARKS.md section 30)",
+                                  "of ~65 launches (a GPU step 0-10% faster; BENCHMARKS.md sections 30 and 36)",
                                   role=WHERE)
     chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
                                 min=1)

@@ -166,7 +166,17 @@ def read_transport_fit(run_dir: PathLike) -> dict:
 
 
 def write_transport_fit(run_dir: PathLike, values: dict) -> None:
+    """Record a transport fit of the weights now saved (``values`` names them: weights_fingerprint). The evaluation
+    made before it described other weights, so eval.json goes (it is computed, and computed again on demand)."""
     atomic_write_text(Path(run_dir) / TRANSPORT_FIT, json.dumps(values, indent=2))
+    (Path(run_dir) / EVAL).unlink(missing_ok=True)
+
+
+def fit_pending(run_dir: PathLike, fit_steps: int) -> bool:
+    """Whether a run that asks for a transport fit (the quantizer option fit_steps) has saved weights the fit has not
+    yet solved: training that ended in a kill before its fit is not finished (``vqwae.training.train`` resumes it)."""
+    return bool(fit_steps) and has_weights(run_dir) and (
+        read_transport_fit(run_dir).get("weights_fingerprint") != model_fingerprint(run_dir))
 
 
 def read_eval(run_dir: PathLike) -> dict:

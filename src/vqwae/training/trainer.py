@@ -392,9 +392,7 @@ class _Training:
         again. transport_fit.json names the weights it wrote, so a resumed or re-run command does not fit twice
         (and fits again when training saved new weights); a kill before the save leaves the weights as trained."""
         steps = getattr(getattr(self.model.quantizer, "config", None), "fit_steps", 0)
-        if not steps or not folder.has_weights(self.run_dir):
-            return
-        if folder.read_transport_fit(self.run_dir).get("weights_fingerprint") == folder.model_fingerprint(self.run_dir):
+        if not folder.fit_pending(self.run_dir, steps):
             return
         model = VQAutoencoder.from_pretrained(self.run_dir).to(self.device)
         z, n = fit_latents(model, self.splits.train, self.device)
