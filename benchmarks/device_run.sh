@@ -82,5 +82,7 @@ done
 printf '%s\n' "${jobs[@]}" | grep -e "${ZOO_ONLY:-.}" | timeout "$DEADLINE" xargs -P "$P" -I{} sh -c \
   "$PY benchmarks/hosts.py {} --steps $STEPS --eval-every $EVAL --device $DEVICE --tag gpu \
    --pack .gpudata/\$(echo '{}' | sed 's/.*--dataset \([a-z0-9]*\).*/\1/').pt > /dev/null 2>>'$OUT/zoo_errors.log'"
+# Everything comes back in this one archive: the run tool returns at most 8 files from $OUT (copy nothing else
+# there), and the next call resets the machine's tree to the committed files (BENCHMARKS.md section 36)
 tar czf "$OUT/zoo.tgz" benchmarks/results/host_*_gpu.json benchmarks/results/host_*_gpu.png 2>/dev/null
 ls benchmarks/results/host_*_gpu.json | wc -l
