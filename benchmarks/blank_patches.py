@@ -47,6 +47,11 @@ def batched_ssim(a: torch.Tensor, b: torch.Tensor, chunk: int = 50) -> float:
                for i in range(0, len(a), chunk)) / len(a)
 
 
+def floored(images: torch.Tensor, floor: float) -> torch.Tensor:
+    """``images`` with every pixel below ``floor`` set to 0 (the decoder's faint background removed)."""
+    return images.masked_fill(images < floor, 0.0)
+
+
 def measure(run: Path, data_root: str | None, limit: int, floor: float, inception, generation: int = 0,
             rfid: bool = True) -> dict:
     cfg = layout.read_config(run)
@@ -67,7 +72,7 @@ def measure(run: Path, data_root: str | None, limit: int, floor: float, inceptio
     on_other = torch.bincount(idx[~blank], minlength=k)
     background = x < BLANK
     se = (y - x) ** 2
-    floored = torch.where(y < floor, torch.zeros_like(y), y)
+    y_floored = floored(y, floor)
     result = dict(
         run=str(run), dataset=cfg.data.dataset, model=cfg.model, images=len(x),
         blank_patch_share=float(blank.float().mean()),
@@ -78,7 +83,7 @@ def measure(run: Path, data_root: str | None, limit: int, floor: float, inceptio
         background_share_of_squared_error=float(se[background].sum() / se.sum()),
         background_mean_reconstruction=float(y[background].mean()),
         mse=float(se.mean()), ssim_256=batched_ssim(y, x),
-        floor=floor, mse_floored=float(((floored - x) ** 2).mean()), ssim_256_floored=batched_ssim(floored, x),
+        floor=floor, mse_floored=float(((y_floored - x) ** 2).mean()), ssim_256_floored=batched_ssim(y_floored, x),
     )
     if inception is not None:  # the real images' statistics: the report's cache entry when it has one
         key = real_stats_key(cfg, "test", limit, data, root)
@@ -88,12 +93,11 @@ def measure(run: Path, data_root: str | None, limit: int, floor: float, inceptio
             real = feature_statistics(inception(x))
         if rfid:
             result.update(rfid=fid_against_statistics(*real, inception(y)),
-                          rfid_floored=fid_against_statistics(*real, inception(floored)))
+                          rfid_floored=fid_against_statistics(*real, inception(y_floored)))
         if generation:
             samples = generate(run, generation, conditional=False, seed=0)[0]
             result.update(generated=generation, gfid_uncond=fid_against_statistics(*real, inception(samples)),
-                          gfid_uncond_floored=fid_against_statistics(
-                              *real, inception(torch.where(samples < floor, torch.zeros_like(samples), samples))),
+                          gfid_uncond_floored=fid_against_statistics(*real, inception(floored(samples, floor))),
                           generated_below_floor_mean=float(samples[samples < floor].mean()))
     return result
 

@@ -12,7 +12,8 @@ noise" when its margin is under ``claims.SILHOUETTE_SPREAD``. This script measur
     python benchmarks/tsne_noise.py RUN_A RUN_B ... --data-root ../shared/data --tsne-seeds 0,1,2 --subsets 2 \\
         --out benchmarks/results/tsne_noise_mnist.json
 
-Read-only on the runs (the report's ``tsne_run`` writes eval.json; this does not). Results are written after
+Read-only on the runs: the features are the report's (``vqwae.runs.studies.tsne_features``), but unlike
+``tsne_run`` nothing is written to eval.json. Results are written after
 every run, so a killed command keeps what it measured.
 """
 from __future__ import annotations
@@ -25,11 +26,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
 
 from vqwae.files import atomic_write_text
 from vqwae.runs import layout
-from vqwae.studies import extract_features
+from vqwae.runs.studies import tsne_features
 from vqwae.studies.tsne import silhouette_2d, tsne_embed
 
 
@@ -54,12 +54,8 @@ def main(argv=None) -> None:
             print(f"{run}: skipped, no model.safetensors (a record without weights)", flush=True)
             continue
         t0 = time.perf_counter()
-        cfg = layout.read_config(run)
-        test, _ = layout.load_run_split(run, "test", limit=args.subsets * args.size, data_root=args.data_root,
-                                        cfg=cfg)
-        model = layout.load_model(run, "cpu")
-        feats, labels = extract_features(model, DataLoader(test, batch_size=256), "cpu", kinds=("quantized",))
-        z, y = feats["quantized"], np.asarray(labels)
+        z, labels, _ = tsne_features(run, n=args.subsets * args.size, data_root=args.data_root, progress=False)
+        y = np.asarray(labels)
         row = {"tsne_seed": {}, "slice": {}}
         first = slice(0, args.size)
         for s in seeds:  # the embedding's own randomness, on the report's images

@@ -14,8 +14,8 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 D, N = 16, 64  # latent width; latents per image (8 x 8 positions)
 MASKED = "wasserstein, padded sequences under a mask"  # the only case whose step passes a mask
 
-# each case builds its quantizer for a compile_update setting (vqwae.fused); only the Wasserstein quantizer has one
-CASES = {
+#: the Wasserstein quantizer's cases, each built for a compile_update setting (vqwae.fused: its own update compiled)
+UPDATED = {
     "wasserstein, shared pi, K=512 (the default)": lambda c: WassersteinQuantizer(
         num_codes=512, dim=D, channel_last=True, compile_update=c),
     "wasserstein, shared pi, K=8192 (dead cells split)": lambda c: WassersteinQuantizer(
@@ -28,16 +28,23 @@ CASES = {
     # sinkhorn's convergence check reads the marginal error on the host (its docstring says so): tol=0 turns it off
     "wasserstein, sinkhorn, no tolerance check": lambda c: WassersteinQuantizer(
         num_codes=512, dim=D, channel_last=True, solver="sinkhorn", sinkhorn_tol=0.0, compile_update=c),
-    "vector, field VQ: k-means, EMA, dead-code expiry": lambda c: VectorQuantizer(
-        num_codes=512, dim=D, channel_last=True, ema=True, init="kmeans", dead_code_threshold=2),
-    "vector, plain": lambda c: VectorQuantizer(num_codes=512, dim=D, channel_last=True),
     "residual, 4 x wasserstein": lambda c: ResidualQuantizer(
         lambda: WassersteinQuantizer(num_codes=256, dim=D, channel_last=True, compile_update=c), 4),
     MASKED: lambda c: WassersteinQuantizer(num_codes=512, dim=D, channel_last=True, compile_update=c),
 }
+#: the other quantizers: no update of their own to compile
+OTHERS = {
+    "vector, field VQ: k-means, EMA, dead-code expiry": lambda: VectorQuantizer(
+        num_codes=512, dim=D, channel_last=True, ema=True, init="kmeans", dead_code_threshold=2),
+    "vector, plain": lambda: VectorQuantizer(num_codes=512, dim=D, channel_last=True),
+}
 # every case eager, then every Wasserstein case with its update compiled, all in one process and in this order:
 # the compiled cases share dynamo's caches, which is how a filled cache once made the last ones sync (BENCHMARKS 30)
-PARAMS = [(name, False) for name in CASES] + [(name, True) for name in CASES if not name.startswith("vector")]
+PARAMS = [(name, False) for name in (*UPDATED, *OTHERS)] + [(name, True) for name in UPDATED]
+
+
+def build(name: str, compile_update: bool) -> nn.Module:
+    return UPDATED[name](compile_update) if name in UPDATED else OTHERS[name]()
 
 
 @pytest.mark.parametrize("name,compile_update", PARAMS,
@@ -46,7 +53,7 @@ def test_training_step_never_syncs_with_the_host(name, compile_update):
     torch.manual_seed(0)
     dev = torch.device("cuda")
     enc, dec = nn.Linear(8, D).to(dev), nn.Linear(D, 8).to(dev)
-    q = CASES[name](compile_update).to(dev).train()
+    q = build(name, compile_update).to(dev).train()
     params = [p for m in (enc, dec, q) for p in m.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=1e-3)
 

@@ -34,15 +34,15 @@ def run_dir_for(out: Path, spec: RunSpec, values: dict) -> Path:
     return Path(out) / "runs" / spec.dataset / f"{spec.model}-{run_key(TrainConfig.from_dict(values))}"
 
 
-def trained(run_dir: Path, epochs: int, max_steps: int | None, fit_steps: int = 0) -> bool:
-    """Whether the run in ``run_dir`` has finished training: all epochs (or max_steps) in its metrics.jsonl and,
-    with the quantizer option fit_steps, its saved weights' transport map solved (a kill between the two leaves
-    the fit to do; a record without weights counts as fitted, since its evaluation came after the fit)."""
-    history = layout.read_metrics(run_dir)
+def trained(run_dir: Path, cfg: TrainConfig) -> bool:
+    """Whether the run of ``cfg`` in ``run_dir`` has finished training: all epochs (or max_steps) in its
+    metrics.jsonl and, with the quantizer option fit_steps, its saved weights' transport map solved (a kill between
+    the two leaves the fit to do; a record without weights counts as fitted: its evaluation came after the fit)."""
+    history, opt = layout.read_metrics(run_dir), cfg.optim
     done = layout.last_epoch(history)
     last_step = history[-1].get("step", 0) if history else 0
-    return ((done >= epochs or (max_steps is not None and last_step >= max_steps))
-            and not layout.fit_pending(run_dir, fit_steps))
+    return ((done >= opt.epochs or (opt.max_steps is not None and last_step >= opt.max_steps))
+            and not layout.fit_pending(run_dir, cfg.transport_fit_steps))
 
 
 def eval_signature(budget: Budget, level: str) -> dict:
@@ -85,16 +85,16 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     cfg = TrainConfig.from_dict(dict(values, **local))
     opt = cfg.optim
 
-    fit_steps = cfg.quantizer.vqwae.fit_steps if cfg.model == "vqwae" else 0
     result = layout.read_eval(run_dir)
-    if trained(run_dir, opt.epochs, opt.max_steps, fit_steps) and not layout.has_weights(run_dir):  # a record
+    finished = trained(run_dir, cfg)
+    if finished and not layout.has_weights(run_dir):  # restored from a record
         lacks = _lacks(result, budget, level, downstream)
         if lacks:
             print(f"[reproduce] {position}{spec.label}: its record has no weights and lacks {', '.join(lacks)}; "
                   "training it again", flush=True)
             shutil.rmtree(run_dir)
-            result = {}
-    trained_now = not trained(run_dir, opt.epochs, opt.max_steps, fit_steps)
+            finished, result = False, {}
+    trained_now = not finished
     if trained_now:
         print(f"[reproduce] {position}training {spec.label} ({opt.max_steps or '-'} steps) -> {run_dir}", flush=True)
         train(cfg, resume=(run_dir / layout.STATE).exists(), progress=False)
@@ -121,7 +121,7 @@ def run_status(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
     run_dir = run_dir_for(out, spec, values)
     if records is not None and not run_dir.exists() and (Path(records) / run_dir.parent.name / run_dir.name).is_dir():
         return "record"
-    if trained(run_dir, values["epochs"], values.get("max_steps"), values.get("fit_steps", 0)):
+    if trained(run_dir, TrainConfig.from_dict(values)):
         if not _lacks(layout.read_eval(run_dir), budget, level):
             return "done"
         return "trained" if layout.has_weights(run_dir) else "again"

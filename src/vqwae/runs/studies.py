@@ -40,11 +40,10 @@ def probe_run(run_dir: str | os.PathLike, *, limit: int | None = None, device="c
     return merged, res
 
 
-def tsne_run(run_dir: str | os.PathLike, *, n: int = 2000, out_png: str | os.PathLike | None = None, device="cpu",
-             batch_size: int = 256, perplexity: float = 30.0, seed: int = 0, data_root: str | None = None,
-             progress: bool = True) -> dict:
-    """t-SNE of the flattened quantized latents of the first n test images coloured by class; the silhouette
-    of the classes in the embedding into eval.json (null when undefined)."""
+def tsne_features(run_dir: str | os.PathLike, *, n: int = 2000, device="cpu", batch_size: int = 256,
+                  data_root: str | None = None, progress: bool = True):
+    """What a run's t-SNE embeds: (the flattened quantized latents of the first n test images (n, F), their class
+    labels (n,), the test split). ``tsne_run`` draws them; ``benchmarks/tsne_noise.py`` measures their spread."""
     cfg = layout.read_config(run_dir)
     test, info = layout.load_run_split(run_dir, "test", limit=n, data_root=data_root, cfg=cfg)
     if not info.num_classes:
@@ -54,13 +53,24 @@ def tsne_run(run_dir: str | os.PathLike, *, n: int = 2000, out_png: str | os.Pat
     model = layout.load_model(run_dir, device)
     feats, labels = extract_features(model, DataLoader(test, batch_size=batch_size), device, kinds=("quantized",),
                                      progress="t-SNE: encoding test images" if progress else None)
+    return feats["quantized"], labels, test
+
+
+def tsne_run(run_dir: str | os.PathLike, *, n: int = 2000, out_png: str | os.PathLike | None = None, device="cpu",
+             batch_size: int = 256, perplexity: float = 30.0, seed: int = 0, data_root: str | None = None,
+             progress: bool = True) -> dict:
+    """t-SNE of the flattened quantized latents of the first n test images coloured by class; the silhouette
+    of the classes in the embedding into eval.json (null when undefined)."""
+    cfg = layout.read_config(run_dir)
+    feats, labels, test = tsne_features(run_dir, n=n, device=device, batch_size=batch_size, data_root=data_root,
+                                        progress=progress)
     if progress:
-        print(f"t-SNE: embedding {len(test)} points of dimension {feats['quantized'].shape[1]} (scikit-learn)...",
+        print(f"t-SNE: embedding {len(test)} points of dimension {feats.shape[1]} (scikit-learn)...",
               file=sys.stderr, flush=True)
     png = Path(out_png) if out_png else Path(run_dir) / layout.TSNE
     if png.suffix.lower() != ".png":  # matplotlib would add ".png" itself, and eval.json name a file that is not there
         png = png.with_name(png.name + ".png")
-    res = tsne_plot(feats["quantized"], labels, out_png=png, perplexity=perplexity, seed=seed,
+    res = tsne_plot(feats, labels, out_png=png, perplexity=perplexity, seed=seed,
                     title=f"{Path(run_dir).name} ({cfg.model}, {cfg.data.dataset}): quantized latents, {len(test)} test images",
                     class_names=getattr(test, "classes", None))
     sil = None if math.isnan(res.silhouette) else float(res.silhouette)

@@ -154,6 +154,12 @@ class TrainConfig:
             paths.append(("gan",))
         return tuple(paths)
 
+    @property
+    def transport_fit_steps(self) -> int:
+        """The transport fit this run asks for once training ends: the Wasserstein quantizer's fit_steps (0 for the
+        other methods, which have no transport map)."""
+        return self.quantizer.vqwae.fit_steps if self.model == "vqwae" else 0
+
     def identity(self) -> dict:
         """What this run trains (nested, with the config layout's version, as config.json): every option but the
         WHERE ones (``vqwae.options``) and the unread."""

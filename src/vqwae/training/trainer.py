@@ -391,7 +391,7 @@ class _Training:
         transport map on the first training images' latents with the network held still, and save the weights
         again. transport_fit.json names the weights it wrote, so a resumed or re-run command does not fit twice
         (and fits again when training saved new weights); a kill before the save leaves the weights as trained."""
-        steps = getattr(getattr(self.model.quantizer, "config", None), "fit_steps", 0)
+        steps = self.cfg.transport_fit_steps
         if not folder.fit_pending(self.run_dir, steps):
             return
         model = VQAutoencoder.from_pretrained(self.run_dir).to(self.device)
