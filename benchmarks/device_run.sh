@@ -15,8 +15,8 @@
 #   PARTS=compile OUT=/tmp/out bash benchmarks/device_run.sh  # eager against torch.compile step times only (section 30)
 #
 # PARTS picks the parts, in this order: sync (the sync check), step (eager step times), compile (eager against
-# torch.compile, CUDA graphs and a larger batch), fused (compile_update: kernels and step times), zoo (the host
-# zoo); default "sync step zoo".
+# torch.compile, CUDA graphs and a larger batch), fused (compile_update: kernels and step times), graph (graph_update:
+# the sync check, kernels and step times; section 40), zoo (the host zoo); default "sync step zoo".
 set -u
 export PYTHONUNBUFFERED=1
 DEVICE=${DEVICE:-cuda} STEPS=${STEPS:-3000} EVAL=${EVAL:-500} DEADLINE=${DEADLINE:-330} P=${P:-12}
@@ -68,6 +68,25 @@ if has fused; then
   timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,semidiscrete-compiled-update \
     --arch conv64 --hidden 256 --batch-size 128 --rounds 12 --json "$OUT/step_time_fused_conv64.json" \
     2>"$OUT/fused_conv64.err" | tail -4
+fi
+# 2d. graph_update (section 40): the sync check (every mode), the replayed update against the launched one, the
+# launches per step, and the step times with the update replayed (the default) or launched op by op
+if has graph; then
+  G="$OUT/graph"; mkdir -p "$G"  # one archive comes back (at most 8 files do)
+  timeout "${SYNC_TIMEOUT:-240}" $PY -m pytest -q -p no:cacheprovider tests/test_cuda_sync.py 2>&1 | tee "$G/sync.log" | tail -8
+  timeout 90 $PY benchmarks/profile_quantizer.py --device "$DEVICE" --rows 0 \
+    --solvers vqvae,semidiscrete-shared,semidiscrete-shared-eager-update,semidiscrete 2>"$G/profile.err" | tee "$G/profile.txt"
+  for run in 1 2; do
+    timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,semidiscrete-eager-update \
+      --rounds 15 --json "$G/step_time_graph_k512_run$run.json" 2>>"$G/step.err" | tail -4
+  done
+  timeout 90 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,semidiscrete-compiled-update \
+    --rounds 15 --json "$G/step_time_graph_vs_compiled_k512.json" 2>>"$G/step.err" | tail -4
+  timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,semidiscrete-eager-update \
+    --num-codes 8192 --rounds 15 --json "$G/step_time_graph_k8192.json" 2>>"$G/step.err" | tail -4
+  timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,semidiscrete-eager-update \
+    --arch conv64 --hidden 256 --batch-size 128 --rounds 12 --json "$G/step_time_graph_conv64.json" 2>>"$G/step.err" | tail -4
+  tar czf "$OUT/graph.tgz" -C "$OUT" graph && rm -r "$G"
 fi
 has zoo || exit 0
 # 3. the host zoo (issue #34), both seeds, most wanted cells first; each process rewrites its result file at

@@ -37,6 +37,7 @@ from vqwae.data import load_splits
 from vqwae.metrics.usage import CodeUsage
 from vqwae.models import NetworkConfig, VQAutoencoder
 from vqwae.models.networks import build_networks
+from vqwae.ot.semidiscrete import mean_error
 from vqwae.quantizers import QuantizerOutput, WassersteinQuantizer, build_quantizer
 from vqwae.training.config import TrainConfig
 
@@ -239,7 +240,8 @@ def cell_diagnostics(q: WassersteinQuantizer, flat: torch.Tensor) -> dict:
     Only for the semidiscrete solver (the others keep no potential that defines the cells between steps)."""
     if q.config.solver != "semidiscrete":
         return {}
-    nearest, (assigned, d_near) = q.solver.search(flat, q.embedding)  # d_near: the mean nearest-code distance
+    nearest, (assigned, min_sum, _) = q.solver.search(flat, q.embedding)
+    d_near = mean_error(min_sum, flat.reshape(-1, 1, flat.shape[-1]))  # the mean nearest-code distance
     nearest, assigned = nearest.reshape(-1), assigned.reshape(-1)
     x = flat.reshape(-1, q.dim)
     c = q.embedding

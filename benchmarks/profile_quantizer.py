@@ -27,6 +27,10 @@ NO_KERNEL = {"view", "_unsafe_view", "expand", "t", "transpose", "permute", "sli
              "empty_strided", "empty_like", "reshape", "view_as", "_local_scalar_dense"}
 
 
+#: the CUDA runtime / driver calls that start work on the device (the profiler's host-side events)
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync")
+
+
 class CountOps(TorchDispatchMode):
     """Counts the dispatched operators that may launch a kernel."""
 
@@ -46,6 +50,8 @@ def build(name, k):
         return WassersteinQuantizer(num_codes=k, dim=64)
     if name == "semidiscrete-shared-compiled-update":  # its own update fused (compile_update=True, section 30)
         return WassersteinQuantizer(num_codes=k, dim=64, compile_update=True)
+    if name == "semidiscrete-shared-eager-update":  # its own update launched op by op (graph_update=False, section 40)
+        return WassersteinQuantizer(num_codes=k, dim=64, graph_update=False)
     kw = dict(solver=name)
     if name == "semidiscrete":
         kw["codebook_init"] = "data"
@@ -98,7 +104,11 @@ def main(argv=None):
         if cuda:
             kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
             busy = sum(e.device_time for e in kernels) / 5
-            line += f"; {len(kernels) / 5:.0f} kernels, {busy / 1e3:.2f} ms of kernel time per step"
+            # what the host issues: each kernel launch, copy, memset, or CUDA graph (one launch for all its kernels)
+            launches = [e for e in prof.events() if e.name.startswith(LAUNCHES)]
+            graphs = sum(e.name.startswith("cudaGraphLaunch") for e in launches)
+            line += (f"; {len(kernels) / 5:.0f} kernels, {busy / 1e3:.2f} ms of kernel time per step; the host issues "
+                     f"{len(launches) / 5:.0f} launches ({graphs / 5:.0f} of them CUDA graphs)")
         print(line)
         if a.rows:
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=a.rows))

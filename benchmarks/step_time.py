@@ -34,6 +34,7 @@ MODELS = {
     "vqvae": ("vector", {}),
     "semidiscrete": ("wasserstein", {}),  # WassersteinQuantizer's defaults (semidiscrete, data start, transport update)
     "semidiscrete-compiled-update": ("wasserstein", dict(compile_update=True)),  # its own update fused (section 30)
+    "semidiscrete-eager-update": ("wasserstein", dict(graph_update=False)),  # its update launched op by op (before 40)
     "semidiscrete-gradient": ("wasserstein", dict(codebook_update="gradient")),  # the codebook by Adam, as the paper
     "sinkhorn": ("wasserstein", dict(solver="sinkhorn")),
     "sinkhorn-fast": ("wasserstein", dict(solver="sinkhorn", sinkhorn_iters=5, sinkhorn_tol=0.0)),

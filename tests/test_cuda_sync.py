@@ -3,6 +3,8 @@ updates: the transport codebook, the potential's ascent, the split of dead cells
 no host synchronisation once its one-off starts (the data start, k-means) are done. CUDA's own sync debugger
 raises on every implicit synchronisation (``.item()``, ``nonzero``, a boolean mask's indexing, a host copy), which
 the CPU stand-in in ``test_solver_speed_properties.py`` cannot see. Skipped without CUDA (CI has none)."""
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -14,23 +16,26 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 D, N = 16, 64  # latent width; latents per image (8 x 8 positions)
 MASKED = "wasserstein, padded sequences under a mask"  # the only case whose step passes a mask
 
-#: the Wasserstein quantizer's cases, each built for a compile_update setting (vqwae.fused: its own update compiled)
+#: how the Wasserstein quantizer's own update runs (vqwae.fused): replayed as a CUDA graph (the default), launched
+#: operator by operator, or compiled
+MODES = {"graph": {}, "eager": dict(graph_update=False), "compiled": dict(compile_update=True)}
+#: the Wasserstein quantizer's cases, each built for a mode's options
 UPDATED = {
     "wasserstein, shared pi, K=512 (the default)": lambda c: WassersteinQuantizer(
-        num_codes=512, dim=D, channel_last=True, compile_update=c),
+        num_codes=512, dim=D, channel_last=True, **c),
     "wasserstein, shared pi, K=8192 (dead cells split)": lambda c: WassersteinQuantizer(
-        num_codes=8192, dim=D, channel_last=True, compile_update=c),
+        num_codes=8192, dim=D, channel_last=True, **c),
     "wasserstein, per-position pi": lambda c: WassersteinQuantizer(
-        num_codes=512, dim=D, channel_last=True, num_positions=N, compile_update=c),
+        num_codes=512, dim=D, channel_last=True, num_positions=N, **c),
     "wasserstein, paper: gradient codebook": lambda c: WassersteinQuantizer(
         num_codes=512, dim=D, channel_last=True, codebook_update="gradient", codebook_init="normal",
-        compile_update=c),
+        **c),
     # sinkhorn's convergence check reads the marginal error on the host (its docstring says so): tol=0 turns it off
     "wasserstein, sinkhorn, no tolerance check": lambda c: WassersteinQuantizer(
-        num_codes=512, dim=D, channel_last=True, solver="sinkhorn", sinkhorn_tol=0.0, compile_update=c),
+        num_codes=512, dim=D, channel_last=True, solver="sinkhorn", sinkhorn_tol=0.0, **c),
     "residual, 4 x wasserstein": lambda c: ResidualQuantizer(
-        lambda: WassersteinQuantizer(num_codes=256, dim=D, channel_last=True, compile_update=c), 4),
-    MASKED: lambda c: WassersteinQuantizer(num_codes=512, dim=D, channel_last=True, compile_update=c),
+        lambda: WassersteinQuantizer(num_codes=256, dim=D, channel_last=True, **c), 4),
+    MASKED: lambda c: WassersteinQuantizer(num_codes=512, dim=D, channel_last=True, **c),
 }
 #: the other quantizers: no update of their own to compile
 OTHERS = {
@@ -38,22 +43,23 @@ OTHERS = {
         num_codes=512, dim=D, channel_last=True, ema=True, init="kmeans", dead_code_threshold=2),
     "vector, plain": lambda: VectorQuantizer(num_codes=512, dim=D, channel_last=True),
 }
-# every case eager, then every Wasserstein case with its update compiled, all in one process and in this order:
-# the compiled cases share dynamo's caches, which is how a filled cache once made the last ones sync (BENCHMARKS 30)
-PARAMS = [(name, False) for name in (*UPDATED, *OTHERS)] + [(name, True) for name in UPDATED]
+# every case as by default, then launched eagerly, then every Wasserstein case with its update compiled, all in one
+# process and in this order: the compiled cases share dynamo's caches, which is how a filled cache once made the
+# last ones sync (BENCHMARKS 30)
+PARAMS = ([(name, "graph") for name in (*UPDATED, *OTHERS)] + [(name, "eager") for name in UPDATED]
+          + [(name, "compiled") for name in UPDATED])
 
 
-def build(name: str, compile_update: bool) -> nn.Module:
-    return UPDATED[name](compile_update) if name in UPDATED else OTHERS[name]()
+def build(name: str, mode: str) -> nn.Module:
+    return UPDATED[name](MODES[mode]) if name in UPDATED else OTHERS[name]()
 
 
-@pytest.mark.parametrize("name,compile_update", PARAMS,
-                         ids=[f"{n} [{'compiled' if c else 'eager'} update]" for n, c in PARAMS])
-def test_training_step_never_syncs_with_the_host(name, compile_update):
+@pytest.mark.parametrize("name,mode", PARAMS, ids=[f"{n} [{m} update]" for n, m in PARAMS])
+def test_training_step_never_syncs_with_the_host(name, mode):
     torch.manual_seed(0)
     dev = torch.device("cuda")
     enc, dec = nn.Linear(8, D).to(dev), nn.Linear(D, 8).to(dev)
-    q = build(name, compile_update).to(dev).train()
+    q = build(name, mode).to(dev).train()
     params = [p for m in (enc, dec, q) for p in m.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=1e-3)
 
@@ -67,9 +73,12 @@ def test_training_step_never_syncs_with_the_host(name, compile_update):
         loss.backward()
         opt.step()
 
-    # the one-off starts (data start over ceil(K / N) batches, k-means, the update's compilation) may read the host
-    for _ in range(8):
-        step()
+    # the one-off starts (data start over ceil(K / N) batches, k-means, the update's compilation or capture) may
+    # read the host; a compilation that fails (and falls back to eager, with a warning) fails the test
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*torch.compile failed")
+        for _ in range(8):
+            step()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -78,3 +87,45 @@ def test_training_step_never_syncs_with_the_host(name, compile_update):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("name", ["wasserstein, shared pi, K=8192 (dead cells split)", "wasserstein, per-position pi",
+                                  MASKED, "residual, 4 x wasserstein"])
+def test_the_replayed_update_moves_the_state_as_the_launched_one(name):
+    """The CUDA graph replays the update's kernels on the quantizer's own buffers: trained on the same latents, a
+    quantizer whose update is replayed and one whose update is launched operator by operator keep the same state
+    (to the rounding of CUDA's atomic adds), through the data start, the capture, and a move of the state to the host
+    and back (new addresses: captured anew)."""
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    built = {}
+    for mode in ("graph", "eager"):
+        torch.manual_seed(0)
+        built[mode] = build(name, mode).to(dev).train()
+    g = torch.Generator(device="cpu").manual_seed(1)
+    agree = []
+    for step in range(24):
+        z = torch.randn(32, N, D, generator=g).to(dev) * (1 + step / 8)  # latents that grow: the codebook follows
+        lengths = torch.randint(0, N, (32, 1), generator=g).to(dev)
+        mask = torch.arange(N, device=dev) < lengths if name == MASKED else None
+        if step == 12:
+            built = {m: q.cpu().to(dev) for m, q in built.items()}
+        outs = {}
+        for m, q in built.items():
+            torch.manual_seed(step)  # the data start draws its codes at random: the same draws for both
+            outs[m] = q(z, mask)
+        agree.append((outs["graph"].indices == outs["eager"].indices).float().mean().item())
+    replayed = built["graph"].state_dict()
+    for key, eager in built["eager"].state_dict().items():
+        torch.testing.assert_close(replayed[key], eager, rtol=1e-4, atol=1e-5, msg=lambda m: f"{key}: {m}")
+    assert min(agree) > 0.99, agree
+    quantizers = [m for m in built["graph"].modules() if isinstance(m, WassersteinQuantizer)]
+    assert all(captured_graphs(q) for q in quantizers), "the update was never replayed as a graph"
+
+
+def captured_graphs(q: WassersteinQuantizer) -> int:
+    """How many update graphs ``q`` holds (vqwae.fused's caches: its one-piece step, or its transport update and its
+    solver's under a mask)."""
+    caches = (type(q)._step_state.graphs, type(q)._transport_update.graphs, type(q.solver)._update.graphs)
+    held = [c.by_object.get(o) for c, o in zip(caches, (q, q, q.solver))]
+    return sum(e.graph is not None for h in held if h for e in h[1].values())

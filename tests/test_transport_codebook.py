@@ -198,14 +198,15 @@ def test_a_compile_that_fails_warns_once_and_runs_eagerly(monkeypatch):
     assert Holder().update(3) == 4
 
 
-def test_compiled_updates_of_several_configurations_each_keep_their_own_graphs(monkeypatch):
+def test_compiled_updates_of_several_configurations_each_keep_their_own_graphs():
     """Every configuration compiles its two update functions once, in its first step, and no function's graphs
     crowd out another's: with dynamo's cache cut to 2 graphs per function, two configurations fit (the methods
     must not share a code object through a @torch.no_grad() wrapper: they did, and eight configurations in one
     process overflowed it, a hard error under fullgraph=True)."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    # dynamo's own patch: a monkeypatch's undo deleted the setting (recompile_limit is an alias in dynamo's config),
+    # which broke every later torch.compile of the process
     torch._dynamo.reset()
-    with warnings.catch_warnings():
+    with torch._dynamo.config.patch(recompile_limit=2), warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # a fallback to eager would warn
         for k in (16, 32):
             q = WassersteinQuantizer(num_codes=k, dim=4, compile_update=True)
@@ -214,3 +215,56 @@ def test_compiled_updates_of_several_configurations_each_keep_their_own_graphs(m
                 out = q(z)
                 (out.loss + out.quantized.sum()).backward()
     torch._dynamo.reset()
+
+
+def test_the_graph_cache_follows_the_state_and_bounds_the_signatures():
+    """vqwae.fused's CUDA-graph cache (its capture needs a GPU: tests/test_cuda_sync.py): a graph holds the
+    addresses of the module's state, so a module whose state moved (``.to()``, a copy) starts a new cache; each input
+    signature (shapes, dtypes, the plain arguments) has its own entry, and past MAX_GRAPHS of them the update runs
+    eagerly (None) instead of capturing without end."""
+    import vqwae.fused as fused
+
+    q = WassersteinQuantizer(num_codes=16, dim=4)
+    cache = fused._GraphCache()
+    sig = fused._signature((torch.zeros(8, 1, dtype=torch.long), None, torch.zeros(()), 64, True))
+    first = cache.entry(q, sig)
+    assert cache.entry(q, sig) is first  # the same signature: the same entry
+    assert fused._signature((torch.zeros(9, 1, dtype=torch.long), None, torch.zeros(()), 64, True)) != sig
+    others = [cache.entry(q, ("other", i)) for i in range(fused.MAX_GRAPHS - 1)]
+    assert all(e is not None for e in others) and cache.entry(q, ("one too many",)) is None
+    q.double()  # new tensors for the state: the graphs captured on the old addresses are dropped
+    assert cache.entry(q, sig) is not first
+    with pytest.raises(TypeError, match="cannot be captured"):
+        fused._signature((object(),))
+
+
+@pytest.mark.parametrize("num_positions", [None, 16])
+def test_the_one_piece_training_step_equals_the_general_one(num_positions):
+    """The shipped configuration's training step runs its no-grad work as one piece (``_step_state``, one CUDA graph
+    on a GPU); a mask (of every latent: shared pi) or a configuration outside it (here forced: one pi per position)
+    takes the general path (the solver's search, value and update, then the codebook's). They are one computation:
+    the same indices, loss, gradient, perplexity and state, step after step (to float rounding)."""
+    torch.manual_seed(0)
+    one_piece, general = (WassersteinQuantizer(num_codes=32, dim=4, channel_last=True, num_positions=num_positions)
+                          .train() for _ in range(2))
+    general.load_state_dict(one_piece.state_dict())
+    every = torch.ones(8, 16, dtype=torch.bool) if num_positions is None else None  # a mask needs a shared pi
+    if every is None:
+        general._one_piece_step = lambda: False
+    g = torch.Generator().manual_seed(1)
+    for step in range(30):
+        z = torch.randn(8, 16, 4, generator=g) * (1 + step / 10)  # growing latents: the codebook follows
+        outs, grads = [], []
+        for q, mask in ((one_piece, None), (general, every)):
+            torch.manual_seed(step)  # the data start draws codes at random: the same draws for both
+            zq = z.clone().requires_grad_(True)
+            out = q(zq, mask)
+            (out.loss + out.quantized.square().mean()).backward()
+            outs.append(out)
+            grads.append(zq.grad)
+        assert torch.equal(outs[0].indices, outs[1].indices), step
+        torch.testing.assert_close(outs[0].loss, outs[1].loss, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(outs[0].perplexity, outs[1].perplexity)
+        torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-8)
+    for (name, a), b in zip(one_piece.state_dict().items(), general.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)

@@ -22,7 +22,8 @@ def build_solver(config, groups: int) -> Solver:
         return SemiDiscreteSolver(**common, potential_lr=config.potential_lr, pooling=config.potential_pooling,
                                   potential_steps=config.potential_steps,
                                   scale_decay=config.scale_decay, chunk_entries=config.chunk_entries,
-                                  compile_update=config.compile_update)
+                                  compile_update=config.compile_update,
+                                  graph_update=config.graph_update)
     if config.solver == "sinkhorn":
         return SinkhornSolver(**common, epsilon=config.epsilon, iterations=config.sinkhorn_iters,
                               tol=config.sinkhorn_tol, warm_start=config.warm_start)

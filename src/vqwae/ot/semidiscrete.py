@@ -59,7 +59,8 @@ def assign(
     chunk_entries: int = CHUNK_ENTRIES,
     keep: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Nearest codes and power-diagram (semi-discrete OT) assignments from ONE distance computation.
+    """Nearest codes and power-diagram (semi-discrete OT) assignments from ONE distance computation, with the
+    batch's quantization error (:func:`assign_codes`, then :func:`mean_error`).
 
     Args:
         x: (B, G, D) latents; row (b, g) belongs to group g (a latent position; G = 1 for a shared pi).
@@ -73,6 +74,16 @@ def assign(
         a potential), and the mean squared distance of each (real) latent to its nearest code (a 0-dim tensor:
         the batch's quantization error, the natural cost scale for the potential's steps).
     """
+    nearest, assigned, min_sum = assign_codes(x, codebook, potential, chunk_entries, keep)
+    return nearest, assigned, mean_error(min_sum, x, keep)
+
+
+@torch.no_grad()
+def assign_codes(x: torch.Tensor, codebook: torch.Tensor, potential: torch.Tensor | None,
+                 chunk_entries: int = CHUNK_ENTRIES, keep: torch.Tensor | None = None):
+    """:func:`assign`'s codes without its error: nearest (B, G), assigned (B, G) or None, and ``min_sum``, the sum
+    over the real latents of min_k ||c_k||^2 - 2 x.c_k (:func:`mean_error` makes it the error; the training step
+    does that inside its state update, where it costs no launch of its own)."""
     b, g, d = x.shape
     k = codebook.shape[0]
     c2 = codebook.pow(2).sum(-1)  # (K,)
@@ -82,7 +93,7 @@ def assign(
         dist = torch.addmm(c2, x.reshape(-1, d), ct, alpha=-2.0).view(b, g, k)
         vals, nearest = dist.min(-1)
         assigned = dist.sub_(potential).argmin(-1) if potential is not None else None
-        return nearest, assigned, _mean_error(_kept_sum(vals, keep), x, keep)
+        return nearest, assigned, _kept_sum(vals, keep)
     nearest = torch.empty(b, g, dtype=torch.long, device=x.device)
     assigned = torch.empty(b, g, dtype=torch.long, device=x.device) if potential is not None else None
     min_sum = x.new_zeros(())
@@ -95,7 +106,7 @@ def assign(
         min_sum = min_sum + _kept_sum(vals, None if keep is None else keep[start : start + rows])
         if potential is not None:
             assigned[start : start + rows] = (dist.sub_(potential)).argmin(-1)
-    return nearest, assigned, _mean_error(min_sum, x, keep)
+    return nearest, assigned, min_sum
 
 
 def _kept_sum(vals: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -103,7 +114,7 @@ def _kept_sum(vals: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     return vals.sum() if keep is None else (vals * keep.to(vals.dtype)).sum()
 
 
-def _mean_error(min_sum: torch.Tensor, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+def mean_error(min_sum: torch.Tensor, x: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
     """The real latents' mean squared distance to their nearest code, from min_sum = the sum over them of
     min_k ||c_k||^2 - 2 x.c_k; 0 for no latents (a padding-only batch)."""
     if keep is None:
@@ -119,19 +130,31 @@ def semi_dual_value(
     """sum over groups of the batch semi-dual  mean_i (||x_i - c_{a_i}||^2 - g_{a_i}) + sum_k pi_k g_k.
 
     x (B, G, D) and the codebook (K, D) get the transport map's gradient, log_pi (G, K) gets g through pi;
-    ``assigned`` (B, G) and ``potential`` (G, K) are held fixed. With ``keep`` (B, G) bool the mean runs over
-    each group's real latents, and a group without any contributes 0 (no estimate, no gradient to its pi).
+    ``assigned`` (B, G) and ``potential`` (G, K) are held fixed (the backward reads ``potential``: a tensor that
+    is not stepped in place before it, such as ``SemiDiscreteSolver.code_potential()``'s). With ``keep`` (B, G)
+    bool the mean runs over each group's real latents, and a group without any contributes 0 (no estimate, no
+    gradient to its pi).
     """
     b, g, _ = x.shape
-    potential = potential.detach().clone()  # a snapshot: the caller may step g in place before the backward
-    sq = (x - torch.nn.functional.embedding(assigned, codebook)).pow(2).sum(-1)  # (B, G); embedding: fast backward
+    potential = potential.detach()
+    c_a = torch.nn.functional.embedding(assigned, codebook)  # (B, G, D); embedding: a fast backward
     g_at = potential.gather(1, assigned.t()).t()  # (B, G): g_{a_i} of each latent's own group
     if keep is None:
-        return (sq - g_at).sum() / max(b, 1) + (log_pi.exp() * potential).sum()
+        return semi_dual_from(x, c_a, g_at.sum(), potential, log_pi)
+    sq = (x - c_a).pow(2).sum(-1)  # (B, G)
     w = keep.to(sq.dtype)
     count = w.sum(0)  # (G,) real latents per group
     per_group = ((sq - g_at) * w).sum(0) / count.clamp_min(1.0) + (log_pi.exp() * potential).sum(-1) * (count > 0)
     return per_group.sum()
+
+
+def semi_dual_from(x: torch.Tensor, c_a: torch.Tensor, g_at_sum: torch.Tensor, potential: torch.Tensor,
+                   log_pi: torch.Tensor) -> torch.Tensor:
+    """:func:`semi_dual_value` (no mask) from its pieces: the latents x (B, G, D), their assigned codes c_a (B, G, D)
+    and the sum of the potential over the assignment, g_at_sum = sum_i g_{a_i}, all held fixed but x; with the fewest
+    operators (a GPU step is bound by their launches): one fused squared error and one dot product."""
+    sq = torch.nn.functional.mse_loss(x, c_a, reduction="sum")
+    return (sq - g_at_sum) / max(x.shape[0], 1) + torch.dot(log_pi.exp().flatten(), potential.detach().flatten())
 
 
 def assignment_mass(assigned: torch.Tensor, groups: int, num_codes: int, dtype=torch.float32,
@@ -201,12 +224,15 @@ class SemiDiscreteSolver(Solver):
 
     shares_search = True
     weighs_latents = True
+    value_reads_codebook = False  # the squared error saves z - c_a for its backward, not the codebook
 
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False, *,
                  potential_lr: float | None = None, pooling: float = 4.0, scale_decay: float = 0.9,
-                 chunk_entries: int = CHUNK_ENTRIES, potential_steps: int = 1, compile_update: bool = False):
+                 chunk_entries: int = CHUNK_ENTRIES, potential_steps: int = 1, compile_update: bool = False,
+                 graph_update: bool = True):
         super().__init__(groups, num_codes, shared, global_batch)
         self.compile_update = compile_update  # the per-step update through torch.compile (vqwae.fused)
+        self.graph_update = graph_update  # on CUDA, the per-step update replayed as a CUDA graph (vqwae.fused)
         potential_lr = default_potential_lr(shared) if potential_lr is None else potential_lr
         self.potential_lr, self.pooling, self.scale_decay, self.chunk_entries = (potential_lr, pooling, scale_decay,
                                                                                   chunk_entries)
@@ -222,10 +248,10 @@ class SemiDiscreteSolver(Solver):
     def search(self, flat: torch.Tensor, codebook: torch.Tensor, keep: torch.Tensor | None = None):
         """Nearest codes (B, M) and this step's transport assignment from ONE distance computation; ``keep``
         (B, M) bool marks the real latents (every latent is quantized, the real ones set the cost scale)."""
-        nearest, assigned, quant_err = assign(latents_by_group(flat.detach(), self.shared), codebook.detach(),
-                                              self.code_potential(), self.chunk_entries,
-                                              keep_by_group(keep, self.shared))
-        return nearest.view(flat.shape[:2]), (assigned, quant_err)
+        g = self.code_potential()
+        nearest, assigned, min_sum = assign_codes(latents_by_group(flat.detach(), self.shared), codebook.detach(), g,
+                                                  self.chunk_entries, keep_by_group(keep, self.shared))
+        return nearest.view(flat.shape[:2]), (assigned, min_sum, g)  # mean_error(min_sum, ...): the error
 
     def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None, keep=None) -> Transport:
         """As ``Solver.forward``; ``keep`` (B, M) bool: only the real latents enter the value, the potential's
@@ -234,30 +260,31 @@ class SemiDiscreteSolver(Solver):
         kg = keep_by_group(keep, self.shared)  # (N, G) or None
         # latents per group: a host-known size, or without one (a mask) their count as a tensor
         count = xg.shape[0] if kg is None else kg.sum() / kg.shape[1]
-        g = self.code_potential()
+        x = xg.detach()
         if search is None:
-            _, assigned, quant_err = assign(xg.detach(), codebook.detach(), g, self.chunk_entries, kg)
-        else:
-            assigned, quant_err = search
+            g = self.code_potential()
+            _, assigned, min_sum = assign_codes(x, codebook.detach(), g, self.chunk_entries, kg)
+        else:  # this step's search, with the potential it assigned by
+            assigned, min_sum, g = search
         # potential_steps > 1: step g, re-assign the batch to it, step again: the plan that moves the codebook and
         # the WS value then come from a potential nearer the batch's optimum (one distance pass each).
         for _ in range(self.potential_steps - 1 if update else 0):
-            self._update(assigned, kg, quant_err, log_pi.detach(), count, scale=False)
+            self._update(x, assigned, kg, min_sum, log_pi.detach(), count, False)
             g = self.code_potential()
-            _, assigned, _ = assign(xg.detach(), codebook.detach(), g, self.chunk_entries, kg)
+            _, assigned, _ = assign_codes(x, codebook.detach(), g, self.chunk_entries, kg)
         value = semi_dual_value(xg, codebook, assigned, g, log_pi, kg)
-        mass = self._update(assigned, kg, quant_err, log_pi.detach(), count) if update else None
-        return Transport(value=value, x=xg.detach(), assigned=assigned, mass=mass, keep=kg)
+        if update:
+            self._update(x, assigned, kg, min_sum, log_pi.detach(), count, True)
+        return Transport(value=value, x=x, assigned=assigned, keep=kg)
 
     @fused_update
-    def _update(self, assigned: torch.Tensor, keep: torch.Tensor | None, quant_err: torch.Tensor,
-                log_pi: torch.Tensor, count: int | torch.Tensor, scale: bool = True) -> torch.Tensor:
-        """The training step's update of the solver's state from the batch's assignment (N, G): the mass (G, K)
-        it sends to each code (this rank's; returned) and one ascent step on the potential (``_ascend``; ``scale``
-        as there)."""
+    def _update(self, x: torch.Tensor, assigned: torch.Tensor, keep: torch.Tensor | None, min_sum: torch.Tensor,
+                log_pi: torch.Tensor, count: int | torch.Tensor, scale: bool) -> None:
+        """The training step's update of the solver's state from the batch's latents x (N, G, D) and assignment
+        (N, G): the mass (G, K) it sends to each code (this rank's) and one ascent step on the potential
+        (``_ascend``; ``scale`` as there), with the batch's quantization error from ``min_sum`` (``assign_codes``)."""
         mass = assignment_mass(assigned, assigned.shape[1], self.num_codes, keep=keep)
-        self._ascend(mass, quant_err, log_pi.exp(), count=count, scale=scale)
-        return mass
+        self._ascend(mass, mean_error(min_sum, x, keep), log_pi.exp(), count=count, scale=scale)
 
     @torch.no_grad()
     def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor, count: int | torch.Tensor,

@@ -7,7 +7,7 @@ potential network) and is called once per training step:
 
     transport = solver(flat, codebook, log_pi, update=model.training, want_plan=...)
     transport.value          # sum_g W^g estimate, differentiable w.r.t. latents, codebook and log_pi
-    transport.plan / .mass   # where the latents go: what the codebook's transport update needs
+    transport.plan / .assigned   # where the latents go: what the codebook's transport update needs
 """
 from __future__ import annotations
 
@@ -29,7 +29,6 @@ class Transport:
     x: torch.Tensor  # the latents (detached) in the layout of `plan` or `assigned`
     plan: torch.Tensor | None = None  # (G, N, K) for x (G, N, D); rows sum to 1/N
     assigned: torch.Tensor | None = None  # (N, G) code of each latent of x (N, G, D) under the transport map
-    mass: torch.Tensor | None = None  # (G, K) with `assigned`: fraction of each group's latents sent to each code
     keep: torch.Tensor | None = None  # (N, G) bool with `assigned`: the real latents (None: all of them)
 
 
@@ -67,6 +66,8 @@ class Solver(nn.Module):
     #: True when ``search`` and ``forward`` take ``keep``, a (B, M) bool mask of the real latents, and weight the
     #: latents by it (padding gets weight 0) instead of being handed ``flat[keep]``, whose size is a host read.
     weighs_latents = False
+    #: False when the value's backward reads no codeword (so the codebook may be updated in place before it)
+    value_reads_codebook = True
 
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False):
         super().__init__()

@@ -188,8 +188,9 @@ class Quantizer(nn.Module):
         so the value is bit-identical to the codewords (``indices_to_latents`` matches ``quantized``)."""
         return z_q + (z - z.detach())
 
-    def _output(self, z, flat_q, indices, losses, mask=None) -> QuantizerOutput:
-        """Outputs in z's layout from the (B, M, D) quantized latents and (B, M) indices."""
+    def _output(self, z, flat_q, indices, losses, mask=None, perplexity=None) -> QuantizerOutput:
+        """Outputs in z's layout from the (B, M, D) quantized latents and (B, M) indices (``perplexity``: the batch's,
+        when the caller has it)."""
         b, positions = z.shape[0], self.positions_shape(z)
         quantized = flat_q.view(b, *positions, self.dim)
         if not self.config.channel_last:
@@ -200,7 +201,7 @@ class Quantizer(nn.Module):
             indices=indices.view(b, *positions),
             loss=loss,
             losses=losses,
-            perplexity=self.batch_perplexity(indices, mask),
+            perplexity=self.batch_perplexity(indices, mask) if perplexity is None else perplexity,
         )
 
 

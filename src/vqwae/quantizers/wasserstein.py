@@ -47,7 +47,8 @@ from vqwae.distributed import is_distributed
 from vqwae.options import WHERE, check_fields, option
 from vqwae.ot import SOLVERS as SOLVER_CLASSES
 from vqwae.ot import build_solver
-from vqwae.ot.semidiscrete import CHUNK_ENTRIES, assignment_mass, default_potential_lr
+from vqwae.fused import fused_update
+from vqwae.ot.semidiscrete import CHUNK_ENTRIES, assign_codes, assignment_mass, default_potential_lr, semi_dual_from
 from vqwae.ot.transport import latents_by_group
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, _choice, fp32, scale_gradient
 from vqwae.quantizers.transport_codebook import TransportCodebook
@@ -130,10 +131,13 @@ class WassersteinOptions:
     fit_steps: int = option(0, "vqwae semidiscrete: when training ends, ascent steps that solve the transport map's "
                             "potential on the training latents with the network held still (0: none; vqwae train "
                             "does it to the saved weights: BENCHMARKS.md section 29)", min=0)
-    compile_update: bool = option(False, "vqwae: run the quantizer's own per-step update (the potential's ascent, the "
-                                  "transport codebook, the split) through torch.compile, a few fused kernels instead "
-                                  "of ~65 launches (a GPU step 0-10% faster; BENCHMARKS.md sections 30 and 36)",
+    compile_update: bool = option(False, "vqwae: run the quantizer's own no-grad work per training step (the search, "
+                                  "the potential's ascent, the transport codebook, the split) through torch.compile "
+                                  "(2-15 s of compilation; on an H100 slower than graph_update: BENCHMARKS.md 40)",
                                   role=WHERE)
+    graph_update: bool = option(True, "vqwae on a CUDA device: replay that no-grad work as a CUDA graph captured at its "
+                                "second step, one launch instead of ~110: a GPU step at 0.97-1.03x VQ-VAE's "
+                                "(vqwae.fused; not under DDP; BENCHMARKS.md section 40)", role=WHERE)
     chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
                                 min=1)
 
@@ -269,6 +273,11 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         """Whether the transport codebook's update runs through torch.compile (``vqwae.fused``)."""
         return self.config.compile_update
 
+    @property
+    def graph_update(self) -> bool:
+        """Whether the transport codebook's update is replayed as a CUDA graph on CUDA (``vqwae.fused``)."""
+        return self.config.graph_update
+
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
         upgrade_wasserstein_state_dict(state_dict, prefix, self.config)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
@@ -279,7 +288,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         log_pi = torch.log_softmax(self.beta, dim=-1)
         a = self.config.pi_floor
         if a:
-            log_pi = torch.logaddexp(log_pi + math.log1p(-a), log_pi.new_tensor(math.log(a / self.num_codes)))
+            log_pi = torch.logaddexp(log_pi + math.log1p(-a), torch.full_like(log_pi, math.log(a / self.num_codes)))
         return log_pi
 
     @property
@@ -316,7 +325,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         return self.config.global_batch and is_distributed()
 
     def wasserstein(self, flat: torch.Tensor, search=None, per_sample: torch.Tensor | None = None,
-                    keep: torch.Tensor | None = None) -> torch.Tensor:
+                    keep: torch.Tensor | None = None, log_pi: torch.Tensor | None = None,
+                    weight: float = 1.0) -> torch.Tensor:
         """sum_m W(z^m, P_{c,pi^m}) for latents (B, M, D), differentiable w.r.t. latents, codebook and pi.
 
         ``search`` reuses the solver's assignment computed with the nearest-code search in ``forward``
@@ -324,22 +334,59 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         codebook_update="transport" the codebook moves to the plan's barycentres. With one shared pi the
         value is scaled by the positions per sample (M, or ``per_sample`` for a masked batch). ``keep`` (B, M)
         bool marks the real latents, for a solver that weighs them (``solver.weighs_latents``); for the others
-        a masked batch comes as its real latents alone, (N, 1, D)."""
+        a masked batch comes as its real latents alone, (N, 1, D). ``log_pi``: ``self.log_pi()`` when the caller has it
+        (one log-softmax a step); ``weight`` multiplies the value (the loss's lambda, in the same multiplication)."""
         self._check_positions(flat)
         if self._gathered():
             # (world * B, M, D); gradients flow back to each rank, summed over ranks by all_gather's backward.
             flat = torch.cat([_ContiguousGrad.apply(t) for t in all_gather(flat)], dim=0)
         transport_update = self.training and self.config.codebook_update == "transport"
-        # A snapshot when the codebook is updated in place below: the backward uses the codes of the assignment.
-        c = self.embedding.detach().clone() if transport_update else self.embedding
-        log_pi = self.log_pi()  # (G, K)
+        # Updated in place below, the transported codebook enters the value detached, as a snapshot when the solver's
+        # backward reads it (the semidiscrete value's does not: its squared error saves z - c_a, taken before).
+        c = self.embedding if not transport_update else (
+            self.embedding.detach().clone() if self.solver.value_reads_codebook else self.embedding.detach())
+        log_pi = self.log_pi() if log_pi is None else log_pi  # (G, K)
         transport = self.solver(flat, c, log_pi, update=self.training, want_plan=transport_update, search=search,
                                 keep=keep)
         if transport_update:
-            self._transport_update(transport)
+            self._transport_update(transport.x, transport.assigned, transport.keep, transport.plan)
+        return self._scaled(transport.value, flat, per_sample, weight)
+
+    def _scaled(self, value: torch.Tensor, flat: torch.Tensor, per_sample: torch.Tensor | None, weight: float):
+        """The WS term's value x ``weight``, and with one shared pi x the positions per sample (M, or ``per_sample``
+        for a masked batch), so that ws_weight means the same in both modes."""
         if self.config.num_positions is not None:
-            return transport.value
-        return (float(flat.shape[1]) if per_sample is None else per_sample) * transport.value
+            return value * weight if weight != 1 else value
+        if per_sample is None:
+            return value * (weight * flat.shape[1])
+        return value * (per_sample * weight)
+
+    def _one_piece_step(self) -> bool:
+        """Whether this training step's no-grad work runs as one piece (``_step_state``): the shipped configuration
+        (semidiscrete, transport codebook, one potential step), on one process's batch, without a mask."""
+        cfg = self.config
+        return (self.training and cfg.solver == "semidiscrete" and cfg.codebook_update == "transport"
+                and cfg.potential_steps == 1 and not self._gathered())
+
+    @fused_update(transient=(1, 4))
+    def _step_state(self, x: torch.Tensor, log_pi: torch.Tensor):
+        """The training step's no-grad work in one piece, which a GPU replays as one CUDA graph (``vqwae.fused``): the
+        search of the latents x (B, M, D) (nearest codes and the transport assignment, one distance computation);
+        what the loss needs of the codebook and the potential before they move; the batch's perplexity; then the
+        solver's ascent and the transport codebook's update. Returns the indices (B, M), their codes (B, M, D), the
+        assigned codes c_a (N, G, D), the potential g (G, K), sum_i g_{a_i}, and the perplexity."""
+        solver = self.solver
+        xg = latents_by_group(x, solver.shared)  # (N, G, D)
+        g = solver.code_potential()
+        nearest, assigned, min_sum = assign_codes(xg, self.embedding, g, solver.chunk_entries)
+        indices = (assigned if self.config.quantize == "transport" else nearest).view(x.shape[:2])
+        codes = F.embedding(indices, self.embedding)  # (B, M, D), before the update below
+        c_a = F.embedding(assigned, self.embedding)  # (N, G, D)
+        g_at_sum = g.gather(1, assigned.t()).sum()
+        perplexity = self.batch_perplexity(indices)
+        solver._update(xg, assigned, None, min_sum, log_pi, xg.shape[0], True)  # part of this graph
+        self._transport_update(xg, assigned, None, None)
+        return indices, codes, c_a, g, g_at_sum, perplexity
 
     @torch.no_grad()
     def _init_codebook_from(self, flat: torch.Tensor, keep: torch.Tensor | None = None) -> bool:
@@ -443,10 +490,11 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         self.solver.fit(x, self.embedding.detach(), pi, steps, batch, generator=generator)
         return dict(tv_before=before, tv_after=tv(), steps=steps, latents=x.shape[0] * x.shape[1])
 
-    def kl_to_uniform(self) -> torch.Tensor:
-        """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean")."""
-        log_pi = self.log_pi()
-        kl = (log_pi.exp() * (log_pi + math.log(self.num_codes))).sum()
+    def kl_to_uniform(self, log_pi: torch.Tensor | None = None) -> torch.Tensor:
+        """sum_m KL(pi^m || U_K) = sum_m sum_k pi_k log(K pi_k) (divided by K with kl_reduction="mean"); ``log_pi``:
+        ``self.log_pi()`` when the caller has it."""
+        log_pi = self.log_pi() if log_pi is None else log_pi
+        kl = torch.dot(log_pi.exp().flatten(), (log_pi + math.log(self.num_codes)).flatten())
         return kl / self.num_codes if self.config.kl_reduction == "mean" else kl
 
     @fp32
@@ -460,7 +508,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         It needs one shared pi (num_positions=None)."""
         self.check_input(z, mask)
         cfg = self.config
-        flat = self.flatten(z)  # (B, M, D) float32
+        flat = self.flatten(z).contiguous()  # (B, M, D) float32; one copy here, none in each regrouping below
         b = flat.shape[0]
         keep = ot_keep = None  # the mask; and, for a solver that weighs latents, what it is handed instead of indexing
         if mask is not None:
@@ -482,6 +530,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         if self.training and self.config.codebook_init == "data":
             self._once_per_run("codebook_initialized", self._init_codebook_from, ot_flat, ot_keep)
         want_loss = self.training if compute_loss is None else compute_loss
+        if want_loss and mask is None and self._one_piece_step():
+            return self._forward_one_piece(z, flat)
         search = None
         if want_loss and self.solver.shares_search and not self._gathered():
             self._check_positions(ot_flat)  # before the search, whose grouping assumes the positions
@@ -496,10 +546,26 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         flat_q = self.straight_through(flat, F.embedding(indices, self.embedding))
         losses = {}
         if want_loss:
-            losses["ws"] = cfg.ws_weight * self.wasserstein(self._pulled(ot_flat, flat_q), search,
-                                                            per_sample=per_sample, keep=ot_keep)
+            log_pi = self.log_pi()  # one log-softmax for both terms
+            losses["ws"] = self.wasserstein(self._pulled(ot_flat, flat_q), search, per_sample=per_sample, keep=ot_keep,
+                                            log_pi=log_pi, weight=cfg.ws_weight)
             if cfg.learn_pi and self.kl_weight:
-                kl = self.kl_weight * self.kl_to_uniform()
+                kl = self.kl_weight * self.kl_to_uniform(log_pi)
                 # a batch of padding only has no loss (as _padding_only), told on the device
                 losses["kl"] = kl if ot_keep is None else kl * ot_keep.any()
         return self._output(z, flat_q, indices, losses, mask)
+
+    def _forward_one_piece(self, z: torch.Tensor, flat: torch.Tensor) -> QuantizerOutput:
+        """The training forward of the shipped configuration (``_one_piece_step``): the same computation as the
+        general path below it, with the no-grad work in ``_step_state`` (on a GPU one graph launch instead of ~40
+        kernels: BENCHMARKS.md section 40)."""
+        cfg = self.config
+        self._check_positions(flat)
+        log_pi = self.log_pi()  # one log-softmax for both terms
+        indices, codes, c_a, g, g_at_sum, perplexity = self._step_state(flat.detach(), log_pi.detach())
+        flat_q = self.straight_through(flat, codes)
+        pulled = latents_by_group(self._pulled(flat, flat_q), self.solver.shared)  # (N, G, D)
+        losses = {"ws": self._scaled(semi_dual_from(pulled, c_a, g_at_sum, g, log_pi), flat, None, cfg.ws_weight)}
+        if cfg.learn_pi and self.kl_weight:
+            losses["kl"] = self.kl_weight * self.kl_to_uniform(log_pi)
+        return self._output(z, flat_q, indices, losses, perplexity=perplexity)
