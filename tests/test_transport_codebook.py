@@ -238,24 +238,27 @@ def test_the_graph_cache_follows_the_state_and_bounds_the_signatures():
         fused._signature((object(),))
 
 
-@pytest.mark.parametrize("num_positions", [None, 16])
-def test_the_one_piece_training_step_equals_the_general_one(num_positions):
+@pytest.mark.parametrize("num_positions,masked", [(None, False), (None, True), (16, False)],
+                         ids=["shared pi", "shared pi, padded rows", "one pi per position"])
+def test_the_one_piece_training_step_equals_the_general_one(num_positions, masked):
     """The shipped configuration's training step runs its no-grad work as one piece (``_step_state``, one CUDA graph
-    on a GPU); a mask (of every latent: shared pi) or a configuration outside it (here forced: one pi per position)
-    takes the general path (the solver's search, value and update, then the codebook's). They are one computation:
-    the same indices, loss, gradient, perplexity and state, step after step (to float rounding)."""
+    on a GPU); the general path (the solver's search, value and update, then the codebook's) serves the other
+    configurations and is forced here. They are one computation: the same indices, loss, gradient, perplexity and
+    state, step after step (to float rounding), with padded rows too (and a row of padding only)."""
     torch.manual_seed(0)
     one_piece, general = (WassersteinQuantizer(num_codes=32, dim=4, channel_last=True, num_positions=num_positions)
                           .train() for _ in range(2))
     general.load_state_dict(one_piece.state_dict())
-    every = torch.ones(8, 16, dtype=torch.bool) if num_positions is None else None  # a mask needs a shared pi
-    if every is None:
-        general._one_piece_step = lambda: False
+    general._one_piece_step = lambda: False
     g = torch.Generator().manual_seed(1)
     for step in range(30):
         z = torch.randn(8, 16, 4, generator=g) * (1 + step / 10)  # growing latents: the codebook follows
+        mask = None
+        if masked:
+            mask = torch.arange(16) < torch.randint(0, 17, (8, 1), generator=g)
+            mask[0] = False
         outs, grads = [], []
-        for q, mask in ((one_piece, None), (general, every)):
+        for q in (one_piece, general):
             torch.manual_seed(step)  # the data start draws codes at random: the same draws for both
             zq = z.clone().requires_grad_(True)
             out = q(zq, mask)
@@ -264,6 +267,7 @@ def test_the_one_piece_training_step_equals_the_general_one(num_positions):
             grads.append(zq.grad)
         assert torch.equal(outs[0].indices, outs[1].indices), step
         torch.testing.assert_close(outs[0].loss, outs[1].loss, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(outs[0].losses["kl"], outs[1].losses["kl"], rtol=1e-5, atol=1e-8)
         torch.testing.assert_close(outs[0].perplexity, outs[1].perplexity)
         torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-8)
     for (name, a), b in zip(one_piece.state_dict().items(), general.state_dict().values()):

@@ -135,26 +135,36 @@ def semi_dual_value(
     bool the mean runs over each group's real latents, and a group without any contributes 0 (no estimate, no
     gradient to its pi).
     """
-    b, g, _ = x.shape
     potential = potential.detach()
     c_a = torch.nn.functional.embedding(assigned, codebook)  # (B, G, D); embedding: a fast backward
     g_at = potential.gather(1, assigned.t()).t()  # (B, G): g_{a_i} of each latent's own group
     if keep is None:
         return semi_dual_from(x, c_a, g_at.sum(), potential, log_pi)
-    sq = (x - c_a).pow(2).sum(-1)  # (B, G)
-    w = keep.to(sq.dtype)
+    weights, potential = semi_dual_weights(keep, potential)
+    return semi_dual_from(x, c_a, g_at, potential, log_pi, weights)
+
+
+def semi_dual_weights(keep: torch.Tensor, potential: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A mask's part of :func:`semi_dual_value`: each latent's weight in its group's mean, keep / (real latents of
+    the group) (B, G), and the potential (G, K) of the groups without any real latent zeroed (no estimate, no
+    gradient to their pi)."""
+    w = keep.to(potential.dtype)
     count = w.sum(0)  # (G,) real latents per group
-    per_group = ((sq - g_at) * w).sum(0) / count.clamp_min(1.0) + (log_pi.exp() * potential).sum(-1) * (count > 0)
-    return per_group.sum()
+    return w / count.clamp_min(1.0), potential * (count > 0).unsqueeze(1)
 
 
-def semi_dual_from(x: torch.Tensor, c_a: torch.Tensor, g_at_sum: torch.Tensor, potential: torch.Tensor,
-                   log_pi: torch.Tensor) -> torch.Tensor:
-    """:func:`semi_dual_value` (no mask) from its pieces: the latents x (B, G, D), their assigned codes c_a (B, G, D)
-    and the sum of the potential over the assignment, g_at_sum = sum_i g_{a_i}, all held fixed but x; with the fewest
-    operators (a GPU step is bound by their launches): one fused squared error and one dot product."""
-    sq = torch.nn.functional.mse_loss(x, c_a, reduction="sum")
-    return (sq - g_at_sum) / max(x.shape[0], 1) + torch.dot(log_pi.exp().flatten(), potential.detach().flatten())
+def semi_dual_from(x: torch.Tensor, c_a: torch.Tensor, g_at: torch.Tensor, potential: torch.Tensor,
+                   log_pi: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`semi_dual_value` from its pieces, all held fixed but x (B, G, D) and log_pi: the assigned codes c_a
+    (B, G, D), the potential at the assignment, and the potential (G, K). Without a mask g_at is its sum,
+    sum_i g_{a_i}, and every latent weighs 1/B; with one, g_at is per latent (B, G) and ``weights``, ``potential``
+    come from :func:`semi_dual_weights`. With the fewest operators (a GPU step is bound by their launches): one
+    fused squared error (without a mask) and one dot product."""
+    pi_g = torch.dot(log_pi.exp().flatten(), potential.detach().flatten())
+    if weights is None:
+        sq = torch.nn.functional.mse_loss(x, c_a, reduction="sum")
+        return (sq - g_at) / max(x.shape[0], 1) + pi_g
+    return (((x - c_a).pow(2).sum(-1) - g_at) * weights).sum() + pi_g
 
 
 def assignment_mass(assigned: torch.Tensor, groups: int, num_codes: int, dtype=torch.float32,

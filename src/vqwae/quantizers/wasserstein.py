@@ -48,8 +48,9 @@ from vqwae.options import WHERE, check_fields, option
 from vqwae.ot import SOLVERS as SOLVER_CLASSES
 from vqwae.ot import build_solver
 from vqwae.fused import fused_update
-from vqwae.ot.semidiscrete import CHUNK_ENTRIES, assign_codes, assignment_mass, default_potential_lr, semi_dual_from
-from vqwae.ot.transport import latents_by_group
+from vqwae.ot.semidiscrete import (CHUNK_ENTRIES, assign_codes, assignment_mass, default_potential_lr, semi_dual_from,
+                                   semi_dual_weights)
+from vqwae.ot.transport import keep_by_group, latents_by_group
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, _choice, fp32, scale_gradient
 from vqwae.quantizers.transport_codebook import TransportCodebook
 from vqwae.quantizers.upgrade import upgrade_wasserstein_state_dict
@@ -369,24 +370,33 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
                 and cfg.potential_steps == 1 and not self._gathered())
 
     @fused_update(transient=(1, 4))
-    def _step_state(self, x: torch.Tensor, log_pi: torch.Tensor):
+    def _step_state(self, x: torch.Tensor, log_pi: torch.Tensor, keep: torch.Tensor | None):
         """The training step's no-grad work in one piece, which a GPU replays as one CUDA graph (``vqwae.fused``): the
         search of the latents x (B, M, D) (nearest codes and the transport assignment, one distance computation);
         what the loss needs of the codebook and the potential before they move; the batch's perplexity; then the
-        solver's ascent and the transport codebook's update. Returns the indices (B, M), their codes (B, M, D), the
-        assigned codes c_a (N, G, D), the potential g (G, K), sum_i g_{a_i}, and the perplexity."""
-        solver = self.solver
-        xg = latents_by_group(x, solver.shared)  # (N, G, D)
+        solver's ascent and the transport codebook's update. ``keep`` (B, M) bool: a mask's real latents.
+
+        Returns the indices (B, M), their codes (B, M, D), the assigned codes c_a (N, G, D), the potential (G, K), the
+        potential at the assignment (its sum; per latent with a mask), the perplexity, and with a mask
+        ``semi_dual_weights``' weights, the WS term's scale (ws_weight x the real positions per sample) and whether
+        the batch holds any real latent."""
+        solver, cfg = self.solver, self.config
+        xg, kg = latents_by_group(x, solver.shared), keep_by_group(keep, solver.shared)  # (N, G, D), (N, G)
+        count = xg.shape[0] if kg is None else kg.sum() / kg.shape[1]  # latents per group (a tensor with a mask)
         g = solver.code_potential()
-        nearest, assigned, min_sum = assign_codes(xg, self.embedding, g, solver.chunk_entries)
-        indices = (assigned if self.config.quantize == "transport" else nearest).view(x.shape[:2])
+        nearest, assigned, min_sum = assign_codes(xg, self.embedding, g, solver.chunk_entries, kg)
+        indices = (assigned if cfg.quantize == "transport" else nearest).view(x.shape[:2])
         codes = F.embedding(indices, self.embedding)  # (B, M, D), before the update below
         c_a = F.embedding(assigned, self.embedding)  # (N, G, D)
-        g_at_sum = g.gather(1, assigned.t()).sum()
-        perplexity = self.batch_perplexity(indices)
-        solver._update(xg, assigned, None, min_sum, log_pi, xg.shape[0], True)  # part of this graph
-        self._transport_update(xg, assigned, None, None)
-        return indices, codes, c_a, g, g_at_sum, perplexity
+        g_at = g.gather(1, assigned.t()).t()  # (N, G)
+        perplexity = self.batch_perplexity(indices, keep)
+        solver._update(xg, assigned, kg, min_sum, log_pi, count, True)  # part of this graph
+        self._transport_update(xg, assigned, kg, None)
+        if kg is None:
+            return indices, codes, c_a, g, g_at.sum(), perplexity
+        weights, g = semi_dual_weights(kg, g)
+        ws_scale = keep.sum() * (cfg.ws_weight / x.shape[0])  # the real positions per sample, as _scaled's
+        return indices, codes, c_a, g, g_at, perplexity, weights, ws_scale, keep.any().to(x.dtype)
 
     @torch.no_grad()
     def _init_codebook_from(self, flat: torch.Tensor, keep: torch.Tensor | None = None) -> bool:
@@ -518,7 +528,6 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
             if self._gathered():
                 raise ValueError("a mask cannot be combined with global_batch (ranks would gather different counts)")
             keep = mask.reshape(b, -1)
-            per_sample = keep.sum() / b  # positions per sample, on average (a tensor: no host read)
             if self.solver.weighs_latents:
                 ot_flat, ot_keep = flat, keep
             else:  # the real latents, in order, as one shared-pi batch (N, 1, D): its size is a host read
@@ -526,12 +535,13 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
                 if ot_flat.shape[0] == 0 and not self.solver.per_rank_batches():
                     return self._padding_only(z, flat, mask, compute_loss)
         else:
-            ot_flat, per_sample = flat, None
+            ot_flat = flat
         if self.training and self.config.codebook_init == "data":
             self._once_per_run("codebook_initialized", self._init_codebook_from, ot_flat, ot_keep)
         want_loss = self.training if compute_loss is None else compute_loss
-        if want_loss and mask is None and self._one_piece_step():
-            return self._forward_one_piece(z, flat)
+        if want_loss and self._one_piece_step():
+            return self._forward_one_piece(z, flat, keep)
+        per_sample = None if keep is None else keep.sum() / b  # positions per sample, on average (no host read)
         search = None
         if want_loss and self.solver.shares_search and not self._gathered():
             self._check_positions(ot_flat)  # before the search, whose grouping assumes the positions
@@ -555,17 +565,23 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
                 losses["kl"] = kl if ot_keep is None else kl * ot_keep.any()
         return self._output(z, flat_q, indices, losses, mask)
 
-    def _forward_one_piece(self, z: torch.Tensor, flat: torch.Tensor) -> QuantizerOutput:
+    def _forward_one_piece(self, z: torch.Tensor, flat: torch.Tensor, keep: torch.Tensor | None) -> QuantizerOutput:
         """The training forward of the shipped configuration (``_one_piece_step``): the same computation as the
-        general path below it, with the no-grad work in ``_step_state`` (on a GPU one graph launch instead of ~40
-        kernels: BENCHMARKS.md section 40)."""
+        general path, with the no-grad work in ``_step_state`` (on a GPU one graph launch instead of ~110 kernels:
+        BENCHMARKS.md section 40). ``keep`` (B, M): a mask's real latents."""
         cfg = self.config
         self._check_positions(flat)
         log_pi = self.log_pi()  # one log-softmax for both terms
-        indices, codes, c_a, g, g_at_sum, perplexity = self._step_state(flat.detach(), log_pi.detach())
+        indices, codes, c_a, g, g_at, perplexity, *masked = self._step_state(flat.detach(), log_pi.detach(), keep)
         flat_q = self.straight_through(flat, codes)
         pulled = latents_by_group(self._pulled(flat, flat_q), self.solver.shared)  # (N, G, D)
-        losses = {"ws": self._scaled(semi_dual_from(pulled, c_a, g_at_sum, g, log_pi), flat, None, cfg.ws_weight)}
+        losses = {}
+        if keep is None:
+            losses["ws"] = self._scaled(semi_dual_from(pulled, c_a, g_at, g, log_pi), flat, None, cfg.ws_weight)
+        else:
+            weights, ws_scale, any_real = masked
+            losses["ws"] = semi_dual_from(pulled, c_a, g_at, g, log_pi, weights) * ws_scale
         if cfg.learn_pi and self.kl_weight:
-            losses["kl"] = self.kl_weight * self.kl_to_uniform(log_pi)
-        return self._output(z, flat_q, indices, losses, perplexity=perplexity)
+            kl = self.kl_weight * self.kl_to_uniform(log_pi)
+            losses["kl"] = kl if keep is None else kl * any_real  # a batch of padding only has no loss
+        return self._output(z, flat_q, indices, losses, perplexity=perplexity)  # the mask's perplexity: _step_state's
