@@ -276,7 +276,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
 
     @property
     def graph_update(self) -> bool:
-        """Whether the transport codebook's update is replayed as a CUDA graph on CUDA (``vqwae.fused``)."""
+        """Whether the training step's no-grad work is replayed as a CUDA graph on CUDA (``vqwae.fused``)."""
         return self.config.graph_update
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
@@ -364,7 +364,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
 
     def _one_piece_step(self) -> bool:
         """Whether this training step's no-grad work runs as one piece (``_step_state``): the shipped configuration
-        (semidiscrete, transport codebook, one potential step), on one process's batch, without a mask."""
+        (semidiscrete, transport codebook, one potential step) on one process's batch, with or without a mask."""
         cfg = self.config
         return (self.training and cfg.solver == "semidiscrete" and cfg.codebook_update == "transport"
                 and cfg.potential_steps == 1 and not self._gathered())
@@ -378,8 +378,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
 
         Returns the indices (B, M), their codes (B, M, D), the assigned codes c_a (N, G, D), the potential (G, K), the
         potential at the assignment (its sum; per latent with a mask), the perplexity, and with a mask
-        ``semi_dual_weights``' weights, the WS term's scale (ws_weight x the real positions per sample) and whether
-        the batch holds any real latent."""
+        ``semi_dual_weights``' weights, the real positions per sample and whether the batch holds any real latent."""
         solver, cfg = self.solver, self.config
         xg, kg = latents_by_group(x, solver.shared), keep_by_group(keep, solver.shared)  # (N, G, D), (N, G)
         count = xg.shape[0] if kg is None else kg.sum() / kg.shape[1]  # latents per group (a tensor with a mask)
@@ -395,8 +394,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         if kg is None:
             return indices, codes, c_a, g, g_at.sum(), perplexity
         weights, g = semi_dual_weights(kg, g)
-        ws_scale = keep.sum() * (cfg.ws_weight / x.shape[0])  # the real positions per sample, as _scaled's
-        return indices, codes, c_a, g, g_at, perplexity, weights, ws_scale, keep.any().to(x.dtype)
+        return indices, codes, c_a, g, g_at, perplexity, weights, keep.sum() / x.shape[0], keep.any().to(x.dtype)
 
     @torch.no_grad()
     def _init_codebook_from(self, flat: torch.Tensor, keep: torch.Tensor | None = None) -> bool:
@@ -579,8 +577,9 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         if keep is None:
             losses["ws"] = self._scaled(semi_dual_from(pulled, c_a, g_at, g, log_pi), flat, None, cfg.ws_weight)
         else:
-            weights, ws_scale, any_real = masked
-            losses["ws"] = semi_dual_from(pulled, c_a, g_at, g, log_pi, weights) * ws_scale
+            weights, per_sample, any_real = masked
+            losses["ws"] = self._scaled(semi_dual_from(pulled, c_a, g_at, g, log_pi, weights), flat, per_sample,
+                                        cfg.ws_weight)
         if cfg.learn_pi and self.kl_weight:
             kl = self.kl_weight * self.kl_to_uniform(log_pi)
             losses["kl"] = kl if keep is None else kl * any_real  # a batch of padding only has no loss
