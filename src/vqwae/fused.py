@@ -67,6 +67,10 @@ def _compile_error(e: Exception) -> bool:
     return isinstance(e, kinds)
 
 
+class CaptureFailed(RuntimeError):
+    """A method's CUDA-graph capture failed (before any of its kernels ran)."""
+
+
 class _Captured:
     """One input signature of one method on one object: seen once (``graph`` None), or captured."""
 
@@ -102,7 +106,7 @@ class _GraphCache:
 
 def _signature(args: tuple) -> tuple:
     """What a captured graph depends on besides the state: each tensor's shape, dtype and device, the other
-    arguments' values. Raises TypeError for an argument that is neither (the caller then runs eagerly)."""
+    arguments' values. Raises CaptureFailed for an argument that is neither (the caller then runs eagerly)."""
     sig = []
     for a in args:
         if isinstance(a, torch.Tensor):
@@ -110,7 +114,7 @@ def _signature(args: tuple) -> tuple:
         elif a is None or isinstance(a, (bool, int, float, str)):
             sig.append(a)
         else:
-            raise TypeError(f"an argument of type {type(a).__name__} cannot be captured")
+            raise CaptureFailed(f"an argument of type {type(a).__name__} cannot be captured")
     return tuple(sig)
 
 
@@ -127,10 +131,13 @@ def _replayed(method, cache: _GraphCache, self, args: tuple, transient: tuple[in
     if entry.graph is None:  # the second: capture (kernels recorded, not run), then replay below for this call
         inputs = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.device(next(a.device for a in args if isinstance(a, torch.Tensor))):
-            # thread_local: only this thread's CUDA calls must be capturable (a DataLoader's pinning thread goes on)
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                entry.output = method(self, *inputs)
+        try:
+            with torch.cuda.device(next(a.device for a in args if isinstance(a, torch.Tensor))):
+                # thread_local: only this thread's CUDA calls must be capturable (a DataLoader's pinning thread goes on)
+                with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                    entry.output = method(self, *inputs)
+        except RuntimeError as e:  # an operator CUDA cannot capture; nothing ran, the state is as it was
+            raise CaptureFailed(str(e)) from e
         entry.graph, entry.inputs = graph, inputs
     else:
         for static, a in zip(entry.inputs, args):
@@ -185,7 +192,7 @@ def fused_update(method=None, *, transient: tuple[int, ...] = ()):
             if not graph_failed and wants_graph(getattr(self, "graph_update", False), tensors):
                 try:
                     return _replayed(method, graphs, self, args, transient)
-                except (TypeError, RuntimeError) as e:  # an argument it cannot hold, or an operator CUDA cannot capture
+                except CaptureFailed as e:  # an argument it cannot hold, or an operator CUDA cannot capture
                     graph_failed = True
                     _warn_eager(method, "CUDA graph capture", e)
                     return method(self, *args)
