@@ -2,11 +2,12 @@
 (B 32, 8 x 8 positions, K 512, D 64), for VQ-VAE and for VQ-WAE with each solver.
 
     .venv/bin/python benchmarks/profile_quantizer.py --solvers vqvae,semidiscrete,sinkhorn --rows 8
-    .venv/bin/python benchmarks/profile_quantizer.py --solvers vqvae,semidiscrete-shared --rows 0 --device cuda
+    .venv/bin/python benchmarks/profile_quantizer.py --solvers vqvae,semidiscrete-shared,semidiscrete-shared-eager-update --rows 0 --device cuda
 
-Besides the time, it counts the operators one step dispatches (views and allocations left out: on a GPU each
-of the others is a kernel launch, the cost of a small step; section 30) and, on a GPU, the kernels the profiler
-saw and their summed device time, against the step's wall time.
+Besides the time, it counts the operators one step dispatches eagerly (views and allocations left out: on a GPU
+each of the others is a kernel launch, the cost of a small step; section 30) and, on a GPU, the kernels the
+profiler saw with their summed device time, and the launches the host issued (a replayed CUDA graph is one launch
+for all its kernels: ``graph_update``, section 40).
 """
 from __future__ import annotations
 
