@@ -75,7 +75,8 @@ if has graph; then
   G="$OUT/graph"; mkdir -p "$G"  # one archive comes back (at most 8 files do)
   timeout "${SYNC_TIMEOUT:-240}" $PY -m pytest -q -p no:cacheprovider tests/test_cuda_sync.py 2>&1 | tee "$G/sync.log" | tail -8
   timeout 90 $PY benchmarks/profile_quantizer.py --device "$DEVICE" --rows 0 \
-    --solvers vqvae,semidiscrete-shared,semidiscrete-shared-eager-update,semidiscrete 2>"$G/profile.err" | tee "$G/profile.txt"
+    --solvers vqvae,semidiscrete-shared,semidiscrete-shared-eager-update,semidiscrete,vqvae-masked,semidiscrete-shared-masked \
+    2>"$G/profile.err" | tee "$G/profile.txt"
   for run in 1 2; do
     timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,semidiscrete-eager-update \
       --rounds 15 --json "$G/step_time_graph_k512_run$run.json" 2>>"$G/step.err" | tail -4

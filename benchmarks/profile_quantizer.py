@@ -44,6 +44,10 @@ class CountOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+#: the cases fed padded sequences with a mask instead of a (B, D, 8, 8) batch
+MASKED = ("vqvae-masked", "semidiscrete-shared-masked")
+
+
 def build(name, k):
     if name == "vqvae":
         return VectorQuantizer(num_codes=k, dim=64)
@@ -53,6 +57,9 @@ def build(name, k):
         return WassersteinQuantizer(num_codes=k, dim=64, compile_update=True)
     if name == "semidiscrete-shared-eager-update":  # its own update launched op by op (graph_update=False, section 40)
         return WassersteinQuantizer(num_codes=k, dim=64, graph_update=False)
+    if name in MASKED:  # padded sequences: channel-last (B, 64, 64) tokens under a mask of random lengths
+        return (VectorQuantizer(num_codes=k, dim=64, channel_last=True) if name == "vqvae-masked" else
+                WassersteinQuantizer(num_codes=k, dim=64, channel_last=True))
     kw = dict(solver=name)
     if name == "semidiscrete":
         kw["codebook_init"] = "data"
@@ -74,9 +81,11 @@ def main(argv=None):
     cuda = device.type == "cuda"
     torch.manual_seed(0)
     z = (0.1 * torch.randn(32, 64, 8, 8, device=device)).requires_grad_(True)
+    tokens = z.detach().flatten(2).transpose(1, 2).clone().requires_grad_(True)  # (B, 64 positions, 64 channels)
+    mask = torch.arange(64, device=device) < torch.randint(16, 65, (32, 1), device=device)
 
     def step(q):
-        out = q(z)
+        out = q(tokens, mask) if q.config.channel_last else q(z)
         (out.loss + out.quantized.sum()).backward()  # the decoder's gradient too, as in a host
 
     for name in a.solvers.split(","):
