@@ -126,6 +126,6 @@ def test_the_replayed_update_moves_the_state_as_the_launched_one(name):
 def captured_graphs(q: WassersteinQuantizer) -> int:
     """How many update graphs ``q`` holds (vqwae.fused's caches: its one-piece step, or its transport update and its
     solver's under a mask)."""
-    caches = (type(q)._step_state.graphs, type(q)._transport_update.graphs, type(q.solver)._update.graphs)
+    caches = (type(q)._step_state.graphs, type(q)._transport_update.graphs, type(q.solver).update_state.graphs)
     held = [c.by_object.get(o) for c, o in zip(caches, (q, q, q.solver))]
     return sum(e.graph is not None for h in held if h for e in h[1].values())

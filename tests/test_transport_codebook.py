@@ -238,16 +238,17 @@ def test_the_graph_cache_follows_the_state_and_bounds_the_signatures():
         fused._signature((object(),))
 
 
-@pytest.mark.parametrize("num_positions,masked", [(None, False), (None, True), (16, False)],
-                         ids=["shared pi", "shared pi, padded rows", "one pi per position"])
-def test_the_one_piece_training_step_equals_the_general_one(num_positions, masked):
+@pytest.mark.parametrize("num_positions,masked,options", [(None, False, {}), (None, True, {}), (16, False, {}),
+                                                          (None, False, dict(potential_steps=2))],
+                         ids=["shared pi", "shared pi, padded rows", "one pi per position", "two potential steps"])
+def test_the_one_piece_training_step_equals_the_general_one(num_positions, masked, options):
     """The shipped configuration's training step runs its no-grad work as one piece (``_step_state``, one CUDA graph
     on a GPU); the general path (the solver's search, value and update, then the codebook's) serves the other
     configurations and is forced here. They are one computation: the same indices, loss, gradient, perplexity and
     state, step after step (to float rounding), with padded rows too (and a row of padding only)."""
     torch.manual_seed(0)
-    one_piece, general = (WassersteinQuantizer(num_codes=32, dim=4, channel_last=True, num_positions=num_positions)
-                          .train() for _ in range(2))
+    one_piece, general = (WassersteinQuantizer(num_codes=32, dim=4, channel_last=True, num_positions=num_positions,
+                                               **options).train() for _ in range(2))
     general.load_state_dict(one_piece.state_dict())
     general._one_piece_step = lambda: False
     g = torch.Generator().manual_seed(1)

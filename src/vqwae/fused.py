@@ -44,18 +44,23 @@ from vqwae.distributed import is_distributed
 MAX_GRAPHS = 8
 
 
+def _may_fuse() -> bool:
+    """What compiling and capturing both need (the decorator runs a method plainly inside a region the caller
+    compiles): no DDP, whose all-reduces sit inside the update, and no Python dispatch mode (an operator counter),
+    which neither dynamo nor a capture sees through."""
+    return not is_distributed() and _get_current_dispatch_mode() is None
+
+
 def wants_compile(setting: bool) -> bool:
-    """Whether an update runs compiled under the ``compile_update`` setting: not inside a compiled region, under
-    DDP, or under a Python dispatch mode (which dynamo cannot trace: e.g. an operator counter)."""
-    return (setting and not torch.compiler.is_compiling() and not is_distributed()
-            and _get_current_dispatch_mode() is None)
+    """Whether an update runs compiled under the ``compile_update`` setting."""
+    return setting and _may_fuse()
 
 
 def wants_graph(setting: bool, tensors: list[torch.Tensor]) -> bool:
     """Whether an update with these input tensors is replayed as a CUDA graph under the ``graph_update`` setting:
-    on CUDA tensors, outside DDP, a compiled region, a capture of the caller's own and a Python dispatch mode."""
-    return (setting and bool(tensors) and all(t.is_cuda for t in tensors) and not is_distributed()
-            and not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None
+    on CUDA tensors, and not inside a capture of the caller's own (a decorated method called by another runs as part
+    of the caller's graph)."""
+    return (setting and bool(tensors) and all(t.is_cuda for t in tensors) and _may_fuse()
             and not torch.cuda.is_current_stream_capturing())
 
 

@@ -167,15 +167,26 @@ def semi_dual_from(x: torch.Tensor, c_a: torch.Tensor, g_at: torch.Tensor, poten
     return (((x - c_a).pow(2).sum(-1) - g_at) * weights).sum() + pi_g
 
 
+def assignment_counts(assigned: torch.Tensor, groups: int, num_codes: int, dtype=torch.float32,
+                      keep: torch.Tensor | None = None) -> torch.Tensor:
+    """(G, K) number of each group's latents assigned to each code, for assignments (N, G); with ``keep`` (N, G)
+    bool, of its real latents."""
+    flat = assigned + torch.arange(groups, device=assigned.device) * num_codes  # group-major code ids
+    return code_histogram(flat, groups * num_codes, dtype, keep=keep).view(groups, num_codes)
+
+
 def assignment_mass(assigned: torch.Tensor, groups: int, num_codes: int, dtype=torch.float32,
                     keep: torch.Tensor | None = None) -> torch.Tensor:
     """(G, K) fraction of each group's latents assigned to each code, for assignments (N, G); with ``keep``
     (N, G) bool, of its real latents (a group without any gets zeros)."""
-    flat = assigned + torch.arange(groups, device=assigned.device) * num_codes  # group-major code ids
-    counts = code_histogram(flat, groups * num_codes, dtype, keep=keep).view(groups, num_codes)
+    return _as_mass(assignment_counts(assigned, groups, num_codes, dtype, keep), assigned.shape[0], keep)
+
+
+def _as_mass(counts: torch.Tensor, n: int, keep: torch.Tensor | None) -> torch.Tensor:
+    """Counts (G, K) of n latents per group as fractions of each group's (real) latents."""
     if keep is None:
-        return counts / max(assigned.shape[0], 1)
-    return counts / keep.sum(0, keepdim=True).t().to(dtype).clamp_min(1.0)
+        return counts / max(n, 1)
+    return counts / keep.sum(0, keepdim=True).t().to(counts.dtype).clamp_min(1.0)
 
 
 @torch.no_grad()
@@ -255,46 +266,62 @@ class SemiDiscreteSolver(Solver):
         return self.scale * self.potential
 
     @torch.no_grad()
+    def assign_batch(self, x: torch.Tensor, codebook: torch.Tensor, keep: torch.Tensor | None = None):
+        """The batch's codes under the current potential from ONE distance computation: x (N, G, D), the codebook
+        (K, D), ``keep`` (N, G) bool the real latents. Returns nearest (N, G), assigned (N, G) (the transport map),
+        min_sum (``assign_codes``: the quantization error with ``mean_error``) and the potential g (G, K) it used."""
+        g = self.code_potential()
+        nearest, assigned, min_sum = assign_codes(x, codebook, g, self.chunk_entries, keep)
+        return nearest, assigned, min_sum, g
+
+    @torch.no_grad()
     def search(self, flat: torch.Tensor, codebook: torch.Tensor, keep: torch.Tensor | None = None):
         """Nearest codes (B, M) and this step's transport assignment from ONE distance computation; ``keep``
         (B, M) bool marks the real latents (every latent is quantized, the real ones set the cost scale)."""
-        g = self.code_potential()
-        nearest, assigned, min_sum = assign_codes(latents_by_group(flat.detach(), self.shared), codebook.detach(), g,
-                                                  self.chunk_entries, keep_by_group(keep, self.shared))
-        return nearest.view(flat.shape[:2]), (assigned, min_sum, g)  # mean_error(min_sum, ...): the error
+        nearest, assigned, min_sum, g = self.assign_batch(latents_by_group(flat.detach(), self.shared),
+                                                          codebook.detach(), keep_by_group(keep, self.shared))
+        return nearest.view(flat.shape[:2]), (assigned, min_sum, g)
 
     def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None, keep=None) -> Transport:
         """As ``Solver.forward``; ``keep`` (B, M) bool: only the real latents enter the value, the potential's
         step and the mass (the others are weighted 0, not removed: no host read)."""
         xg = latents_by_group(flat, self.shared)  # (N, G, D)
         kg = keep_by_group(keep, self.shared)  # (N, G) or None
-        # latents per group: a host-known size, or without one (a mask) their count as a tensor
-        count = xg.shape[0] if kg is None else kg.sum() / kg.shape[1]
         x = xg.detach()
         if search is None:
-            g = self.code_potential()
-            _, assigned, min_sum = assign_codes(x, codebook.detach(), g, self.chunk_entries, kg)
+            _, assigned, min_sum, g = self.assign_batch(x, codebook.detach(), kg)
         else:  # this step's search, with the potential it assigned by
             assigned, min_sum, g = search
-        # potential_steps > 1: step g, re-assign the batch to it, step again: the plan that moves the codebook and
-        # the WS value then come from a potential nearer the batch's optimum (one distance pass each).
-        for _ in range(self.potential_steps - 1 if update else 0):
-            self._update(x, assigned, kg, min_sum, log_pi.detach(), count, False)
-            g = self.code_potential()
-            _, assigned, _ = assign_codes(x, codebook.detach(), g, self.chunk_entries, kg)
-        value = semi_dual_value(xg, codebook, assigned, g, log_pi, kg)
         if update:
-            self._update(x, assigned, kg, min_sum, log_pi.detach(), count, True)
-        return Transport(value=value, x=x, assigned=assigned, keep=kg)
+            assigned, g = self.inner_steps(x, codebook.detach(), kg, assigned, min_sum, g, log_pi.detach())
+        value = semi_dual_value(xg, codebook, assigned, g, log_pi, kg)
+        counts = self.update_state(x, assigned, kg, min_sum, log_pi.detach(), True) if update else None
+        return Transport(value=value, x=x, assigned=assigned, counts=counts, keep=kg)
+
+    def inner_steps(self, x: torch.Tensor, codebook: torch.Tensor, keep: torch.Tensor | None, assigned: torch.Tensor,
+                    min_sum: torch.Tensor, g: torch.Tensor, log_pi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """potential_steps > 1, in training: step g, re-assign the batch to it, step again (potential_steps - 1
+        times; one distance pass each), so that the plan that moves the codebook and the WS value come from a
+        potential nearer the batch's optimum. Returns the last assignment (N, G) and the potential (G, K) it used
+        (the arguments themselves with one step)."""
+        for _ in range(self.potential_steps - 1):
+            self.update_state(x, assigned, keep, min_sum, log_pi, False)
+            _, assigned, _, g = self.assign_batch(x, codebook, keep)
+        return assigned, g
 
     @fused_update
-    def _update(self, x: torch.Tensor, assigned: torch.Tensor, keep: torch.Tensor | None, min_sum: torch.Tensor,
-                log_pi: torch.Tensor, count: int | torch.Tensor, scale: bool) -> None:
+    def update_state(self, x: torch.Tensor, assigned: torch.Tensor, keep: torch.Tensor | None, min_sum: torch.Tensor,
+                     log_pi: torch.Tensor, scale: bool) -> torch.Tensor:
         """The training step's update of the solver's state from the batch's latents x (N, G, D) and assignment
-        (N, G): the mass (G, K) it sends to each code (this rank's) and one ascent step on the potential
-        (``_ascend``; ``scale`` as there), with the batch's quantization error from ``min_sum`` (``assign_codes``)."""
-        mass = assignment_mass(assigned, assigned.shape[1], self.num_codes, keep=keep)
-        self._ascend(mass, mean_error(min_sum, x, keep), log_pi.exp(), count=count, scale=scale)
+        (N, G): one ascent step on the potential with the mass the assignment sends to each code (``_ascend``;
+        ``scale`` as there), with the batch's quantization error from ``min_sum`` (``assign_codes``). Returns the
+        counts (G, K) of that assignment, this rank's (what the transport codebook's update needs)."""
+        counts = assignment_counts(assigned, assigned.shape[1], self.num_codes, keep=keep)
+        # latents per group: a host-known size, or without one (a mask) their count as a tensor
+        count = assigned.shape[0] if keep is None else keep.sum() / keep.shape[1]
+        self._ascend(_as_mass(counts, assigned.shape[0], keep), mean_error(min_sum, x, keep), log_pi.exp(),
+                     count=count, scale=scale)
+        return counts
 
     @torch.no_grad()
     def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor, count: int | torch.Tensor,

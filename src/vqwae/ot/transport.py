@@ -29,6 +29,7 @@ class Transport:
     x: torch.Tensor  # the latents (detached) in the layout of `plan` or `assigned`
     plan: torch.Tensor | None = None  # (G, N, K) for x (G, N, D); rows sum to 1/N
     assigned: torch.Tensor | None = None  # (N, G) code of each latent of x (N, G, D) under the transport map
+    counts: torch.Tensor | None = None  # (G, K) with `assigned`, in training: each group's latents per code (this rank's)
     keep: torch.Tensor | None = None  # (N, G) bool with `assigned`: the real latents (None: all of them)
 
 

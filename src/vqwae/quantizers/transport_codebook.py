@@ -10,7 +10,6 @@ import torch
 import torch.distributed as dist
 
 from vqwae.fused import fused_update
-from vqwae.ot.histogram import code_histogram
 
 #: split_dead: the most pairs of cells split in one step (K / 2 below K = 512; beyond, dead codes queue a few steps).
 SPLITS_PER_STEP = 256
@@ -21,8 +20,8 @@ class TransportCodebook:
     ``_split_dead_cells`` (the LBG split of the cells the transport stopped reaching)."""
 
     @fused_update
-    def _transport_update(self, x: torch.Tensor, assigned: torch.Tensor | None, keep: torch.Tensor | None,
-                          plan: torch.Tensor | None) -> None:
+    def _transport_update(self, x: torch.Tensor, assigned: torch.Tensor | None, counts: torch.Tensor | None,
+                          keep: torch.Tensor | None, plan: torch.Tensor | None) -> None:
         """codebook_update="transport": move every code to the (EMA) barycentre of the latents transported to it.
 
         For a fixed plan P, argmin_C sum_ik P_ik ||z_i - c_k||^2 is c_k = sum_i P_ik z_i / sum_i P_ik: this is the
@@ -32,17 +31,16 @@ class TransportCodebook:
         latents, no code is left without data (VQ-VAE's EMA starves codes no latent is nearest to).
 
         The fields of a ``Transport`` (tensors, so that the update can be replayed as a CUDA graph): either the
-        assignment (N, G) of the latents x (N, G, D) under the transport map (semidiscrete; ``keep`` (N, G) the real
-        latents or None), or the plan (G, N, K) between x (G, N, D) and the codebook (rows sum to 1/N).
+        assignment (N, G) of the latents x (N, G, D) under the transport map with its counts (G, K) (semidiscrete;
+        ``keep`` (N, G) the real latents or None), or the plan (G, N, K) between x (G, N, D) and the codebook (rows
+        sum to 1/N).
         """
         k, decay = self.num_codes, self.config.codebook_decay
         live = None  # under DDP or a mask: whether any real latent was seen (a tensor: no host read)
         if plan is None:
             x = x.reshape(-1, self.dim)
-            # counts per code, in latents (of a mask's real latents: the padding weighted 0, not indexed out, which
-            # would read the host)
-            mass = code_histogram(assigned, k, x.dtype, keep=keep)
-            if keep is not None:
+            mass = counts.sum(0).to(x.dtype)  # latents per code, over the groups (a mask's real ones)
+            if keep is not None:  # the padding weighted 0, not indexed out (which would read the host)
                 x = x * keep.reshape(-1, 1).to(x.dtype)
             sums = torch.zeros(k, self.dim, dtype=x.dtype, device=x.device).index_add_(0, assigned.reshape(-1), x)
         else:

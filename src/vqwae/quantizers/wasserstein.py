@@ -48,7 +48,7 @@ from vqwae.options import WHERE, check_fields, option
 from vqwae.ot import SOLVERS as SOLVER_CLASSES
 from vqwae.ot import build_solver
 from vqwae.fused import fused_update
-from vqwae.ot.semidiscrete import (CHUNK_ENTRIES, assign_codes, assignment_mass, default_potential_lr, semi_dual_from,
+from vqwae.ot.semidiscrete import (CHUNK_ENTRIES, assignment_mass, default_potential_lr, semi_dual_from,
                                    semi_dual_weights)
 from vqwae.ot.transport import keep_by_group, latents_by_group
 from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, _choice, fp32, scale_gradient
@@ -184,6 +184,11 @@ class WassersteinConfig(WassersteinOptions, LatentShape):
     def __post_init__(self):
         LatentShape.__post_init__(self)
         WassersteinOptions.__post_init__(self)  # checks every field, num_positions included
+
+
+def _per_sample(keep: torch.Tensor) -> torch.Tensor:
+    """A mask's (B, M) real positions per sample, on average (a tensor: no host read)."""
+    return keep.sum() / keep.shape[0]
 
 
 def initial_pi(kind: str, groups: int, num_codes: int) -> torch.Tensor:
@@ -350,7 +355,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         transport = self.solver(flat, c, log_pi, update=self.training, want_plan=transport_update, search=search,
                                 keep=keep)
         if transport_update:
-            self._transport_update(transport.x, transport.assigned, transport.keep, transport.plan)
+            self._transport_update(transport.x, transport.assigned, transport.counts, transport.keep, transport.plan)
         return self._scaled(transport.value, flat, per_sample, weight)
 
     def _scaled(self, value: torch.Tensor, flat: torch.Tensor, per_sample: torch.Tensor | None, weight: float):
@@ -364,10 +369,10 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
 
     def _one_piece_step(self) -> bool:
         """Whether this training step's no-grad work runs as one piece (``_step_state``): the shipped configuration
-        (semidiscrete, transport codebook, one potential step) on one process's batch, with or without a mask."""
+        (semidiscrete, transport codebook) on one process's batch, with or without a mask."""
         cfg = self.config
         return (self.training and cfg.solver == "semidiscrete" and cfg.codebook_update == "transport"
-                and cfg.potential_steps == 1 and not self._gathered())
+                and not self._gathered())
 
     @fused_update(transient=(1, 4))
     def _step_state(self, x: torch.Tensor, log_pi: torch.Tensor, keep: torch.Tensor | None):
@@ -381,20 +386,19 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         ``semi_dual_weights``' weights, the real positions per sample and whether the batch holds any real latent."""
         solver, cfg = self.solver, self.config
         xg, kg = latents_by_group(x, solver.shared), keep_by_group(keep, solver.shared)  # (N, G, D), (N, G)
-        count = xg.shape[0] if kg is None else kg.sum() / kg.shape[1]  # latents per group (a tensor with a mask)
-        g = solver.code_potential()
-        nearest, assigned, min_sum = assign_codes(xg, self.embedding, g, solver.chunk_entries, kg)
-        indices = (assigned if cfg.quantize == "transport" else nearest).view(x.shape[:2])
+        nearest, assigned, min_sum, g = solver.assign_batch(xg, self.embedding, kg)
+        indices = (assigned if cfg.quantize == "transport" else nearest).view(x.shape[:2])  # the search's, as forward
+        assigned, g = solver.inner_steps(xg, self.embedding, kg, assigned, min_sum, g, log_pi)
         codes = F.embedding(indices, self.embedding)  # (B, M, D), before the update below
         c_a = F.embedding(assigned, self.embedding)  # (N, G, D)
         g_at = g.gather(1, assigned.t()).t()  # (N, G)
         perplexity = self.batch_perplexity(indices, keep)
-        solver._update(xg, assigned, kg, min_sum, log_pi, count, True)  # part of this graph
-        self._transport_update(xg, assigned, kg, None)
+        counts = solver.update_state(xg, assigned, kg, min_sum, log_pi, True)  # part of this graph
+        self._transport_update(xg, assigned, counts, kg, None)
         if kg is None:
             return indices, codes, c_a, g, g_at.sum(), perplexity
         weights, g = semi_dual_weights(kg, g)
-        return indices, codes, c_a, g, g_at, perplexity, weights, keep.sum() / x.shape[0], keep.any().to(x.dtype)
+        return indices, codes, c_a, g, g_at, perplexity, weights, _per_sample(keep), keep.any().to(x.dtype)
 
     @torch.no_grad()
     def _init_codebook_from(self, flat: torch.Tensor, keep: torch.Tensor | None = None) -> bool:
@@ -539,7 +543,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         want_loss = self.training if compute_loss is None else compute_loss
         if want_loss and self._one_piece_step():
             return self._forward_one_piece(z, flat, keep)
-        per_sample = None if keep is None else keep.sum() / b  # positions per sample, on average (no host read)
+        per_sample = None if keep is None else _per_sample(keep)
         search = None
         if want_loss and self.solver.shares_search and not self._gathered():
             self._check_positions(ot_flat)  # before the search, whose grouping assumes the positions
