@@ -8,6 +8,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vqwae.ot import nearest_code, squared_distances
+from vqwae.ot.cost import MIN_BLOCK, min_rows
 from vqwae.ot.semidiscrete import ascend_potential, assign, fit_potential, semi_dual_value
 from vqwae.quantizers import WassersteinQuantizer
 
@@ -41,6 +42,35 @@ def test_assign_matches_nearest_search_and_chunking_changes_nothing():
         near_c, a_c, err_c = assign(x, c, pot, chunk_entries=chunk)
         assert torch.equal(near_c, near) and torch.equal(a_c, a)
         assert torch.allclose(err_c, err, rtol=1e-5)
+
+
+@pytest.mark.parametrize("k", [MIN_BLOCK * 4, MIN_BLOCK * 16 + 0, MIN_BLOCK * 5 + 3, 100])
+def test_min_rows_is_torch_min_exactly_ties_included(k):
+    # the CPU's blockwise reduction (K a multiple of the block) and the fallback give torch's values and first indices
+    gen = torch.Generator().manual_seed(k)
+    d = torch.randint(0, 6, (7, 3, k), generator=gen).float()  # few distinct values: many ties, across blocks
+    d[0, 0] = 0.0  # a row of ties only: index 0
+    d[1, 1, -1] = -1.0  # the minimum in the last block
+    d[2, 2, [5, k - 2]] = -3.0  # tied minima in the first and the last block: the first
+    vals, idx = min_rows(d)
+    ref_vals, ref_idx = d.min(-1)
+    assert torch.equal(vals, ref_vals) and torch.equal(idx, ref_idx)
+    assert idx[0, 0] == 0 and idx[1, 1] == k - 1 and idx[2, 2] == 5
+    wide = torch.randn(300, k, generator=gen)  # continuous values
+    assert torch.equal(min_rows(wide)[1], wide.argmin(-1))
+    assert torch.equal(min_rows(wide[:, 1:])[1], wide[:, 1:].argmin(-1))  # not contiguous: the plain reduction
+
+
+def test_assign_at_a_blocked_codebook_matches_the_plain_search():
+    # K = 512 takes min_rows' blockwise path on a CPU, in one chunk and in several
+    x, c, _ = problem(n=50, g=2, k=512, d=8, dtype=torch.float32)
+    pot = 0.1 * torch.randn(2, 512)
+    dist = squared_distances(x, c)
+    for chunk in (1 << 24, 3 * 2 * 512):
+        near, a, err = assign(x, c, pot, chunk_entries=chunk)
+        assert torch.equal(near, dist.argmin(-1)) and torch.equal(a, (dist - pot).argmin(-1))
+        assert torch.allclose(err, dist.min(-1).values.mean(), rtol=1e-4)
+        assert torch.equal(nearest_code(x.reshape(-1, 8), c, chunk_entries=chunk), dist.reshape(-1, 512).argmin(-1))
 
 
 def test_every_potential_gives_a_lower_bound_and_ascent_reaches_the_exact_value():

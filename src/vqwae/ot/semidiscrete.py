@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from vqwae.fused import fused_update
-from vqwae.ot.cost import chunk_rows
+from vqwae.ot.cost import chunk_rows, min_rows
 from vqwae.ot.histogram import code_histogram
 from vqwae.ot.transport import Solver, Transport, keep_by_group, latents_by_group
 
@@ -91,21 +91,23 @@ def assign_codes(x: torch.Tensor, codebook: torch.Tensor, potential: torch.Tenso
     rows = chunk_rows(chunk_entries, g * k, x.device)  # batch rows per chunk
     if rows >= b:  # one chunk (K <= 256 on a CPU, any usual batch on a GPU): no output buffers, no copies
         dist = torch.addmm(c2, x.reshape(-1, d), ct, alpha=-2.0).view(b, g, k)
-        vals, nearest = dist.min(-1)
-        assigned = dist.sub_(potential).argmin(-1) if potential is not None else None
+        vals, nearest = min_rows(dist)
+        assigned = min_rows(dist.sub_(potential))[1] if potential is not None else None
         return nearest, assigned, _kept_sum(vals, keep)
     nearest = torch.empty(b, g, dtype=torch.long, device=x.device)
     assigned = torch.empty(b, g, dtype=torch.long, device=x.device) if potential is not None else None
     min_sum = x.new_zeros(())
+    buffer = x.new_empty(rows * g, k)  # one chunk's distances, reused: fresh pages would fault in each chunk
     for start in range(0, b, rows):
         xs = x[start : start + rows]  # (b', G, D)
+        out = buffer[: xs.shape[0] * g]
         # ||x||^2 - 2 x.c + ||c||^2; ||x||^2 is constant per row and left out of the argmins.
-        dist = torch.addmm(c2, xs.reshape(-1, d), ct, alpha=-2.0).view(xs.shape[0], g, k)
-        vals, idx = dist.min(-1)
+        dist = torch.addmm(c2, xs.reshape(-1, d), ct, alpha=-2.0, out=out).view(xs.shape[0], g, k)
+        vals, idx = min_rows(dist)
         nearest[start : start + rows] = idx
         min_sum = min_sum + _kept_sum(vals, None if keep is None else keep[start : start + rows])
         if potential is not None:
-            assigned[start : start + rows] = (dist.sub_(potential)).argmin(-1)
+            assigned[start : start + rows] = min_rows(dist.sub_(potential))[1]
     return nearest, assigned, min_sum
 
 
