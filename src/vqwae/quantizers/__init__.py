@@ -8,7 +8,8 @@ from vqwae.quantizers.residual import ResidualOutput, ResidualQuantizer
 from vqwae.quantizers.upgrade import upgrade_quantizer_config
 from vqwae.quantizers.stochastic import StochasticConfig, StochasticOptions, StochasticQuantizer
 from vqwae.quantizers.vector import VectorConfig, VectorOptions, VectorQuantizer
-from vqwae.quantizers.wasserstein import WassersteinConfig, WassersteinOptions, WassersteinQuantizer
+from vqwae.quantizers.wasserstein import WassersteinQuantizer
+from vqwae.quantizers.wasserstein_options import WassersteinConfig, WassersteinOptions
 
 QUANTIZERS = {q.kind: q for q in (WassersteinQuantizer, VectorQuantizer, StochasticQuantizer)}
 

@@ -3,7 +3,7 @@
     TrainConfig
     ├── model        vqwae | vqvae | sqvae
     ├── quantizer    num_codes, dim, shared_pi, and one section per method:
-    │   ├── vqwae    WassersteinOptions  (vqwae.quantizers.wasserstein)
+    │   ├── vqwae    WassersteinOptions  (vqwae.quantizers.wasserstein_options)
     │   ├── vqvae    VectorOptions       (vqwae.quantizers.vector)
     │   └── sqvae    StochasticOptions   (vqwae.quantizers.stochastic)
     ├── network      NetworkOptions      (vqwae.models.networks: the paper's networks or VQGAN's)
