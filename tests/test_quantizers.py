@@ -303,6 +303,26 @@ def test_pull_scales_only_the_ws_gradient_on_the_latents(solver):
     assert torch.allclose(b1, b2) and torch.allclose(c1, c2)
 
 
+@pytest.mark.parametrize("images, codes, expected", [(32, 64, 1.0), (16, 64, 1.0), (8, 64, 0.1 ** 0.5),
+                                                     (4, 64, 0.1), (1, 256, 0.1)])
+def test_default_pull_follows_the_latents_per_code(images, codes, expected):
+    """pull=None: from the step's latents per code r (16 latents per image here): 1 from r = 4, 0.1 from r = 1
+    down, log-log straight between (r = 2: 10^-1/2), and the WS gradient on the latents is that of the same
+    explicit pull."""
+    from vqwae.quantizers.wasserstein_options import default_pull
+
+    assert default_pull(16 * images, codes) == pytest.approx(expected)
+    grads = []
+    for pull in (None, expected):
+        torch.manual_seed(0)
+        q = WassersteinQuantizer(num_codes=codes, dim=4, pull=pull).train()
+        z = torch.randn(images, 4, 4, 4, requires_grad=True)
+        q(z)  # the data start
+        q(z).losses["ws"].backward()
+        grads.append(z.grad.clone())
+    assert grads[0].abs().sum() > 0 and torch.allclose(grads[0], grads[1], rtol=1e-6, atol=0)
+
+
 def test_pull_target_holds_the_ws_gradient_at_that_fraction_of_the_decoders():
     """pull_target = t: once its EMAs have seen a few steps, the WS gradient on the latents is t x the decoder's
     (here a pull at full weight is ~10x the decoder's); the EMAs are a buffer, saved with the quantizer."""

@@ -73,7 +73,8 @@ def test_latent_gradient_uses_the_codes_the_latents_were_assigned_to():
     # The codebook moves in place during forward; the backward must still use the codes of this step's plan.
     torch.manual_seed(0)
     q = WassersteinQuantizer(num_codes=8, dim=2, num_positions=1, codebook_update="transport",
-                             codebook_init="normal", codebook_decay=0.0, ws_weight=1.0, learn_pi=False).train()
+                             codebook_init="normal", codebook_decay=0.0, ws_weight=1.0, learn_pi=False,
+                             pull=1.0).train()  # the full WS gradient (16 latents for 8 codes: the default's 0.32)
     z = torch.randn(16, 2, 1, 1, requires_grad=True)
     before = q.embedding.detach().clone()
     assigned, _, _ = assign(z.detach().reshape(16, 1, 2), before, None)  # zero potential: nearest codes

@@ -50,7 +50,7 @@ from vqwae.ot.transport import keep_by_group, latents_by_group
 from vqwae.quantizers.base import Quantizer, QuantizerOutput, _choice, fp32, scale_gradient
 from vqwae.quantizers.transport_codebook import TransportCodebook
 from vqwae.quantizers.upgrade import upgrade_wasserstein_state_dict
-from vqwae.quantizers.wasserstein_options import PI_INITS, WassersteinConfig, default_kl_weight
+from vqwae.quantizers.wasserstein_options import PI_INITS, WassersteinConfig, default_kl_weight, default_pull
 
 #: fit_transport: latents per ascent step (all groups together; one pi per position: 1,024 rows of 64 positions)
 FIT_LATENTS_PER_STEP = 1 << 16
@@ -318,18 +318,22 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         return self._output(z, self.straight_through(flat, F.embedding(indices, self.embedding)), indices, losses,
                             mask)
 
-    def _pulled(self, latents: torch.Tensor, flat_q: torch.Tensor) -> torch.Tensor:
-        """The latents handed to the WS term: their value, their gradient x the pull. With pull_target = t the
+    def _pulled(self, latents: torch.Tensor, flat_q: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """The latents handed to the WS term: their value, their gradient x the pull (``default_pull`` of this step's
+        real latents per code when none is set: ``keep`` marks them, counted on the device). With pull_target = t the
         pull is min(1, t |g_dec| / |g_ws|) x ``pull``, from the EMAs (decay 0.99) of the squared norms of the
         decoder's gradient on the quantized output and of the WS term's on these latents, which backward hooks
         record for the next step (on the device: no host sync). Under DDP each rank follows its own gradients (its
         EMAs are not all-reduced, so they differ between ranks)."""
         cfg = self.config
+        pull = cfg.pull
+        if pull is None:
+            pull = default_pull(latents.numel() // latents.shape[-1] if keep is None else keep.sum(), self.num_codes)
         if not (cfg.pull_target and self.training and latents.requires_grad):
-            return scale_gradient(latents, cfg.pull)
+            return scale_gradient(latents, pull)
         dec, ws = self.pull_grads.unbind()
         adaptive = (cfg.pull_target * (dec / ws.clamp_min(1e-30)).sqrt()).clamp(max=1.0)
-        pulled = scale_gradient(latents, torch.where(ws > 0, adaptive, 1.0) * cfg.pull)  # 1 until the EMAs have data
+        pulled = scale_gradient(latents, torch.where(ws > 0, adaptive, 1.0) * pull)  # 1 until the EMAs have data
         flat_q.register_hook(partial(self._record_gradient, 0))
         pulled.register_hook(partial(self._record_gradient, 1))  # the gradient reaching pulled: the WS term's at pull 1
         return pulled
@@ -429,7 +433,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         losses = {}
         if want_loss:
             log_pi = self.log_pi()  # one log-softmax for both terms
-            losses["ws"] = self.wasserstein(self._pulled(ot_flat, flat_q), search, per_sample=per_sample, keep=ot_keep,
+            losses["ws"] = self.wasserstein(self._pulled(ot_flat, flat_q, ot_keep), search, per_sample=per_sample, keep=ot_keep,
                                             log_pi=log_pi, weight=cfg.ws_weight)
             if cfg.learn_pi and self.kl_weight:
                 kl = self.kl_weight * self.kl_to_uniform(log_pi)
@@ -446,7 +450,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         log_pi = self.log_pi()  # one log-softmax for both terms
         indices, codes, c_a, g, g_at, perplexity, *masked = self._step_state(flat.detach(), log_pi.detach(), keep)
         flat_q = self.straight_through(flat, codes)
-        pulled = latents_by_group(self._pulled(flat, flat_q), self.solver.shared)  # (N, G, D)
+        pulled = latents_by_group(self._pulled(flat, flat_q, keep), self.solver.shared)  # (N, G, D)
         losses = {}
         if keep is None:
             losses["ws"] = self._scaled(semi_dual_from(pulled, c_a, g_at, g, log_pi), flat, None, cfg.ws_weight)

@@ -30,11 +30,13 @@ import torch
 import yaml
 
 from vqwae.data.options import DataOptions
-from vqwae.models.networks import NetworkConfig, NetworkOptions
+from vqwae.models.networks import NetworkConfig, NetworkOptions, int_list
 from vqwae.options import SCHEDULE, WHERE, check_fields, from_flat, identity, option, section, to_flat, to_nested
 from vqwae.quantizers import (CodebookShape, StochasticConfig, StochasticOptions, VectorConfig, VectorOptions,
                               WassersteinConfig, WassersteinOptions, upgrade_quantizer_config)
 from vqwae.quantizers.stochastic import initial_log_var
+from vqwae.quantizers.upgrade import IMPLICIT_BEFORE_DEFAULT_CHANGED
+from vqwae.quantizers.wasserstein_options import default_pull
 from vqwae.training.adversarial import AdversarialOptions
 
 MODELS = ("vqwae", "vqvae", "sqvae")
@@ -47,7 +49,7 @@ FORMAT_VERSION = 2
 # Named bundles of settings, by flat option name. "paper" is the authors' configuration exactly as their code
 # runs it.
 _PAPER = dict(solver="exact", shared_pi=False, ws_weight=1e-3, kl_weight=1.0, kl_reduction="mean", pi_init="uniform",
-              learn_pi=True, pi_floor=0.0, codebook_init="normal", codebook_update="gradient",
+              learn_pi=True, pi_floor=0.0, codebook_init="normal", codebook_update="gradient", pull=1.0,
               lr=1e-3, batch_size=32, epochs=100)
 PRESETS: dict[str, dict] = {
     "paper": _PAPER,
@@ -70,7 +72,7 @@ PRESETS: dict[str, dict] = {
     "ffhq": dict(arch="vqgan", dataset="ffhq", image_size=256, num_codes=1024, dim=256, ch=128,
                  ch_mult="1,1,2,2,4", num_res_blocks=2, attn_resolutions="16", z_channels=256,
                  perceptual_weight=1.0, disc_weight=0.8, disc_start=30001, beta=0.25, ws_weight=1e-3,
-                 kl_weight=1.0, shared_pi=False, lr=4.5e-6 * 32, batch_size=32, epochs=100),
+                 kl_weight=1.0, shared_pi=False, pull=1.0, lr=4.5e-6 * 32, batch_size=32, epochs=100),
 }
 
 
@@ -149,10 +151,22 @@ class TrainConfig:
             paths.append(("quantizer", "shared_pi"))  # VQ-WAE's pi: no other method has one
         options = getattr(self.quantizer, self.model)
         paths += [("quantizer", self.model, k) for k in (options.unread() if hasattr(options, "unread") else ())]
+        if self.model == "vqwae" and self.quantizer.vqwae.pull is None and self._default_pull_is_one():
+            paths.append(("quantizer", "vqwae", "pull"))  # the default resolves to 1, as every run before it
         paths += [("network", k) for k in self.network.unread()]
         if self.network.arch != "vqgan":
             paths.append(("gan",))
         return tuple(paths)
+
+    def _default_pull_is_one(self) -> bool:
+        """Whether VQ-WAE's default pull (``default_pull``) is 1 in this run whatever its images: from this
+        process's batch and the fewest latent positions its network can have (8 x 8 for the paper's networks, whose
+        side follows the data; VQGAN's from the image size, 32 when the data's own), so a run at K = 512 keeps the
+        identity it had when the pull was always 1."""
+        net = self.network
+        factor = 2 ** (len(int_list(net.ch_mult, "ch_mult")) - 1)  # VQGAN's, as NetworkConfig.factor
+        side = max(1, (self.data.image_size or 32) // factor) if net.arch == "vqgan" else 8
+        return default_pull(self.optim.batch_size * side * side, self.quantizer.num_codes) == 1
 
     @property
     def transport_fit_steps(self) -> int:
@@ -196,8 +210,10 @@ class TrainConfig:
         if version != FORMAT_VERSION:
             raise ValueError(f"config.json has format_version {version}; this vqwae reads 1 to {FORMAT_VERSION} "
                              "(a newer vqwae wrote it?)")
-        nested = {k: v for k, v in values.items() if k != "format_version"}
-        return from_flat(cls, _flatten_paths(nested), where="config.json")
+        flat = _flatten_paths({k: v for k, v in values.items() if k != "format_version"})
+        for name, value in IMPLICIT_BEFORE_DEFAULT_CHANGED["wasserstein"].items():  # saved before the default changed
+            flat.setdefault(f"quantizer.vqwae.{name}", value)
+        return from_flat(cls, flat, where="config.json")
 
     def to_dict(self) -> dict:
         """What RUN_DIR/config.json stores: the nested sections and the format version."""
