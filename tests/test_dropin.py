@@ -76,6 +76,7 @@ def _padded(x: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("kind, options", [
     ("wasserstein", {}),
+    ("wasserstein", {"pull": None}),  # the latents-per-code pull counts the real latents (21 of 33 here: 0.16)
     ("wasserstein", {"solver": "sinkhorn"}),
     ("wasserstein", {"codebook_update": "gradient"}),
     ("vector", {}),

@@ -305,10 +305,10 @@ def test_pull_scales_only_the_ws_gradient_on_the_latents(solver):
 
 @pytest.mark.parametrize("images, codes, expected", [(32, 64, 1.0), (16, 64, 1.0), (8, 64, 0.1 ** 0.5),
                                                      (4, 64, 0.1), (1, 256, 0.1)])
-def test_default_pull_follows_the_latents_per_code(images, codes, expected):
-    """pull=None: from the step's latents per code r (16 latents per image here): 1 from r = 4, 0.1 from r = 1
-    down, log-log straight between (r = 2: 10^-1/2), and the WS gradient on the latents is that of the same
-    explicit pull."""
+def test_pull_none_follows_the_latents_per_code(images, codes, expected):
+    """pull=None (an option, not the default): from the step's latents per code r (16 latents per image here): 1 from
+    r = 4, 0.1 from r = 1 down, log-log straight between (r = 2: 10^-1/2), and the WS gradient on the latents is that
+    of the same explicit pull."""
     from vqwae.quantizers.wasserstein_options import default_pull
 
     assert default_pull(16 * images, codes) == pytest.approx(expected)

@@ -180,13 +180,14 @@ class _NoDataDependentShapes(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("update", ["transport", "gradient"])
-def test_a_masked_training_step_has_no_data_dependent_size(update, monkeypatch):
+@pytest.mark.parametrize("update, pull", [("transport", 1.0), ("gradient", 1.0), ("transport", None)])
+def test_a_masked_training_step_has_no_data_dependent_size(update, pull, monkeypatch):
     """Padding under a mask is weighted 0 in the semidiscrete solver, not removed: the step (forward, loss,
-    backward) keeps every size known on the host, a batch of padding only included."""
+    backward) keeps every size known on the host, a batch of padding only included; pull=None counts the real
+    latents on the device."""
     monkeypatch.setattr(WassersteinQuantizer, "check_finite", staticmethod(lambda z: None))  # a CPU-only read
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, codebook_update=update).train()
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, codebook_update=update, pull=pull).train()
     q(torch.randn(4, 10, 8))  # the data start (reads the host once)
     for mask in (torch.rand(4, 10) > 0.3, torch.zeros(4, 10, dtype=torch.bool)):
         z = torch.randn(4, 10, 8, requires_grad=True)

@@ -183,25 +183,15 @@ def test_saved_configs_that_predate_an_option_keep_the_behaviour_they_were_train
     (tmp_path / "m" / "model_config.json").write_text(json.dumps(cfg))
     loaded = VQAutoencoder.from_pretrained(tmp_path / "m")
     assert loaded.quantizer.config.codebook_update == "gradient" and loaded.quantizer.embedding.requires_grad
-    # pull: 1 in every run saved before its default became the latents-per-code rule (None), in both formats
-    saved = TrainConfig.resolve(num_codes=8192).to_dict()
-    assert saved["quantizer"]["vqwae"]["pull"] is None
-    (tmp_path / "config.json").write_text(json.dumps(saved))
-    assert read_config(tmp_path).quantizer.vqwae.pull is None
-    del saved["quantizer"]["vqwae"]["pull"]
-    (tmp_path / "config.json").write_text(json.dumps(saved))
-    assert read_config(tmp_path).quantizer.vqwae.pull == 1.0
-    del cfg["quantizer"]["pull"]
-    (tmp_path / "m" / "model_config.json").write_text(json.dumps(dict(cfg, format_version=2)))
-    assert VQAutoencoder.from_pretrained(tmp_path / "m").quantizer.config.pull == 1.0
 
 
-def test_default_pull_keeps_the_identity_of_runs_where_it_is_one():
-    # K = 512 with 32 images of 8 x 8 latents: the rule gives 1, the identity is the one of pull 1 (runs before it)
-    assert TrainConfig.resolve().identity() == TrainConfig.resolve(pull=1.0).identity()
+def test_the_latents_per_code_pull_has_the_identity_of_pull_1_where_it_is_1():
+    # pull=None at K = 512 with 32 images of 8 x 8 latents: the rule gives 1, the run is the one of pull 1 (the default)
+    assert TrainConfig.resolve().replace(pull=None).identity() == TrainConfig.resolve().identity()
+    assert TrainConfig.resolve().quantizer.vqwae.pull == 1.0
     assert TrainConfig.resolve(preset="paper").quantizer.vqwae.pull == 1.0  # the authors' full pull, pinned
-    big = TrainConfig.resolve(num_codes=8192)
-    assert big.identity() != TrainConfig.resolve(num_codes=8192, pull=1.0).identity()  # 0.1 there: another run
+    big = TrainConfig.resolve(num_codes=8192).replace(pull=None)
+    assert big.identity() != TrainConfig.resolve(num_codes=8192).identity()  # 0.1 there: another run
 
 
 def test_cli_train_and_errors(tmp_path):

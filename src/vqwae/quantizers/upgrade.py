@@ -10,17 +10,11 @@ import torch
 _FORMAT_1_IMPLICIT = {"wasserstein": {"codebook_update": "gradient", "pi_floor": 0.0}}
 
 
-# Options whose default changed after configs of the current format were saved: a config without the key was
-# trained with this value. pull: 1 until its default became the latents-per-code rule (BENCHMARKS.md 43).
-IMPLICIT_BEFORE_DEFAULT_CHANGED = {"wasserstein": {"pull": 1.0}}
-
-
 def upgrade_quantizer_config(kind: str, values: dict, version: int) -> dict:
     """A saved quantizer config (or flat training config) of format ``version`` as the current format reads it."""
-    implicit = dict(IMPLICIT_BEFORE_DEFAULT_CHANGED.get(kind, {}))
     if version == 1:
-        implicit.update(_FORMAT_1_IMPLICIT.get(kind, {}))
-    return {**implicit, **values}
+        return {**_FORMAT_1_IMPLICIT.get(kind, {}), **values}
+    return dict(values)
 
 
 # State-dict keys of layout 1 (before the solvers were modules) -> layout 2, for each solver; keys of another

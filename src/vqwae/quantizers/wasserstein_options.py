@@ -28,18 +28,18 @@ def default_kl_weight(shared: bool) -> float:
     return 0.01 if shared else 1.0
 
 
-#: default_pull: the full pull from this many latents per code in a training step, a tenth of it from one
+#: default_pull (pull=None): the full pull from this many latents per code in a training step, a tenth from one
 PULL_FULL_FROM, PULL_FLOOR = 4.0, 0.1
 
 
 def default_pull(latents: int | torch.Tensor, num_codes: int) -> float | torch.Tensor:
-    """The pull when none is given, from r = n / K, the latents a training step hands the quantizer (all positions,
-    padding included) per code: 1 (the full WS gradient) from r = 4, as at K = 512 with 32 images of 64 positions,
-    where a lighter pull helped some host networks and cost others (BENCHMARKS.md 22, 43); 0.1 from r = 1 down, as
-    at K = 2,048 and 8,192 with 2,048 latents, where 0.1 reconstructed better than the full pull in every network
-    measured (41, 43); in between (r / 4)^(log 10 / log 4), straight on a log-log scale (K = 1,024: 0.32). A
-    measured rule, not a derived one: the floor keeps it within the pulls measured. ``latents`` may be a tensor
-    (a mask's count, on the device: no host read), and so is the pull then."""
+    """The pull of ``pull=None``, from r = n / K, the real latents a training step hands the quantizer per code:
+    1 (the full WS gradient) from r = 4, as at K = 512 with 32 images of 64 positions, where a lighter pull helped
+    some host networks and cost others (BENCHMARKS.md 22, 43); 0.1 from r = 1 down; in between (r / 4)^(log 10 /
+    log 4), straight on a log-log scale (K = 1,024 with 2,048 latents: 0.32). At r <= 1, 0.1 reconstructed CIFAR-10
+    better than the full pull in two networks (-13% to -26%) and level in the paper's, but MNIST worse in the
+    paper's network (+46% at K = 2,048, section 43): an option, not the default. ``latents`` may be a tensor (a
+    mask's count, on the device: no host read), and so is the pull then."""
     pull = (latents / max(num_codes, 1) / PULL_FULL_FROM) ** (math.log(1 / PULL_FLOOR) / math.log(PULL_FULL_FROM))
     if isinstance(pull, torch.Tensor):
         return pull.clamp(PULL_FLOOR, 1.0)
@@ -86,10 +86,11 @@ class WassersteinOptions:
                                       "positions", min=0)
     scale_decay: float = option(0.9, "vqwae semidiscrete: EMA decay of the cost scale (the quantization error)",
                                 min=0, below=1)
-    pull: float | None = option(None, "vqwae: the scale of the gradient the WS term sends to the latents (the "
+    pull: float | None = option(1.0, "vqwae: the scale of the gradient the WS term sends to the latents (the "
                                 "encoder's pull toward the codes; the codebook and pi learn at full weight); None: "
-                                "from the step's latents per code r = n / K, 1 from r = 4 (K = 512 with 32 x 64 "
-                                "latents), 0.1 from r = 1 down (K >= 2,048 there; BENCHMARKS.md 43)", min=0, max=1)
+                                "from the step's latents per code r = n / K, 1 from r = 4, 0.1 from r = 1 down "
+                                "(better on CIFAR-10 at K >= 2,048, worse on MNIST: BENCHMARKS.md 43; not the default)",
+                                min=0, max=1)
     pull_target: float = option(0.0, "vqwae: > 0: the pull adapts, each step, so that the WS gradient on the latents "
                                 "is at most this fraction of the decoder's (EMAs of both norms; 0: a fixed pull)",
                                 min=0)

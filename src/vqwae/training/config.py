@@ -35,7 +35,6 @@ from vqwae.options import SCHEDULE, WHERE, check_fields, from_flat, identity, op
 from vqwae.quantizers import (CodebookShape, StochasticConfig, StochasticOptions, VectorConfig, VectorOptions,
                               WassersteinConfig, WassersteinOptions, upgrade_quantizer_config)
 from vqwae.quantizers.stochastic import initial_log_var
-from vqwae.quantizers.upgrade import IMPLICIT_BEFORE_DEFAULT_CHANGED
 from vqwae.quantizers.wasserstein_options import default_pull
 from vqwae.training.adversarial import AdversarialOptions
 
@@ -152,17 +151,17 @@ class TrainConfig:
         options = getattr(self.quantizer, self.model)
         paths += [("quantizer", self.model, k) for k in (options.unread() if hasattr(options, "unread") else ())]
         if self.model == "vqwae" and self.quantizer.vqwae.pull is None and self._default_pull_is_one():
-            paths.append(("quantizer", "vqwae", "pull"))  # the default resolves to 1, as every run before it
+            paths.append(("quantizer", "vqwae", "pull"))  # the rule resolves to 1: what pull 1 trains
         paths += [("network", k) for k in self.network.unread()]
         if self.network.arch != "vqgan":
             paths.append(("gan",))
         return tuple(paths)
 
     def _default_pull_is_one(self) -> bool:
-        """Whether VQ-WAE's default pull (``default_pull``) is 1 in this run whatever its images: from this
+        """Whether VQ-WAE's pull=None (``default_pull``) is 1 in this run whatever its images: from this
         process's batch and the fewest latent positions its network can have (8 x 8 for the paper's networks, whose
-        side follows the data; VQGAN's from the image size, 32 when the data's own), so a run at K = 512 keeps the
-        identity it had when the pull was always 1."""
+        side follows the data; VQGAN's from the image size, 32 when the data's own), so a run at K = 512 has the
+        identity of the same run with pull 1."""
         net = self.network
         factor = 2 ** (len(int_list(net.ch_mult, "ch_mult")) - 1)  # VQGAN's, as NetworkConfig.factor
         side = max(1, (self.data.image_size or 32) // factor) if net.arch == "vqgan" else 8
@@ -210,10 +209,8 @@ class TrainConfig:
         if version != FORMAT_VERSION:
             raise ValueError(f"config.json has format_version {version}; this vqwae reads 1 to {FORMAT_VERSION} "
                              "(a newer vqwae wrote it?)")
-        flat = _flatten_paths({k: v for k, v in values.items() if k != "format_version"})
-        for name, value in IMPLICIT_BEFORE_DEFAULT_CHANGED["wasserstein"].items():  # saved before the default changed
-            flat.setdefault(f"quantizer.vqwae.{name}", value)
-        return from_flat(cls, flat, where="config.json")
+        nested = {k: v for k, v in values.items() if k != "format_version"}
+        return from_flat(cls, _flatten_paths(nested), where="config.json")
 
     def to_dict(self) -> dict:
         """What RUN_DIR/config.json stores: the nested sections and the format version."""
