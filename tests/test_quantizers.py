@@ -309,9 +309,9 @@ def test_pull_none_follows_the_latents_per_code(images, codes, expected):
     """pull=None (an option, not the default): from the step's latents per code r (16 latents per image here): 1 from
     r = 4, 0.1 from r = 1 down, log-log straight between (r = 2: 10^-1/2), and the WS gradient on the latents is that
     of the same explicit pull."""
-    from vqwae.quantizers.wasserstein_options import default_pull
+    from vqwae.quantizers.wasserstein_options import latents_per_code_pull
 
-    assert default_pull(16 * images, codes) == pytest.approx(expected)
+    assert latents_per_code_pull(16 * images, codes) == pytest.approx(expected)
     grads = []
     for pull in (None, expected):
         torch.manual_seed(0)

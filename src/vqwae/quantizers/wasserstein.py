@@ -50,7 +50,7 @@ from vqwae.ot.transport import keep_by_group, latents_by_group
 from vqwae.quantizers.base import Quantizer, QuantizerOutput, _choice, fp32, scale_gradient
 from vqwae.quantizers.transport_codebook import TransportCodebook
 from vqwae.quantizers.upgrade import upgrade_wasserstein_state_dict
-from vqwae.quantizers.wasserstein_options import PI_INITS, WassersteinConfig, default_kl_weight, default_pull
+from vqwae.quantizers.wasserstein_options import PI_INITS, WassersteinConfig, default_kl_weight, latents_per_code_pull
 
 #: fit_transport: latents per ascent step (all groups together; one pi per position: 1,024 rows of 64 positions)
 FIT_LATENTS_PER_STEP = 1 << 16
@@ -319,16 +319,17 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
                             mask)
 
     def _pulled(self, latents: torch.Tensor, flat_q: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-        """The latents handed to the WS term: their value, their gradient x the pull (``default_pull`` of this step's
-        real latents per code when none is set: ``keep`` marks them, counted on the device). With pull_target = t the
-        pull is min(1, t |g_dec| / |g_ws|) x ``pull``, from the EMAs (decay 0.99) of the squared norms of the
+        """The latents handed to the WS term: their value, their gradient x the pull (with pull=None
+        ``latents_per_code_pull`` of this step's real latents, which ``keep`` marks, counted on the device). With
+        pull_target = t the pull is min(1, t |g_dec| / |g_ws|) x ``pull``, from the EMAs (decay 0.99) of the squared norms of the
         decoder's gradient on the quantized output and of the WS term's on these latents, which backward hooks
         record for the next step (on the device: no host sync). Under DDP each rank follows its own gradients (its
         EMAs are not all-reduced, so they differ between ranks)."""
         cfg = self.config
         pull = cfg.pull
         if pull is None:
-            pull = default_pull(latents.numel() // latents.shape[-1] if keep is None else keep.sum(), self.num_codes)
+            real = latents.numel() // latents.shape[-1] if keep is None else keep.sum()
+            pull = latents_per_code_pull(real, self.num_codes)
         if not (cfg.pull_target and self.training and latents.requires_grad):
             return scale_gradient(latents, pull)
         dec, ws = self.pull_grads.unbind()
@@ -433,7 +434,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         losses = {}
         if want_loss:
             log_pi = self.log_pi()  # one log-softmax for both terms
-            losses["ws"] = self.wasserstein(self._pulled(ot_flat, flat_q, ot_keep), search, per_sample=per_sample, keep=ot_keep,
+            pulled = self._pulled(ot_flat, flat_q, ot_keep)
+            losses["ws"] = self.wasserstein(pulled, search, per_sample=per_sample, keep=ot_keep,
                                             log_pi=log_pi, weight=cfg.ws_weight)
             if cfg.learn_pi and self.kl_weight:
                 kl = self.kl_weight * self.kl_to_uniform(log_pi)

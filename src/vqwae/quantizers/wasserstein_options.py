@@ -28,18 +28,18 @@ def default_kl_weight(shared: bool) -> float:
     return 0.01 if shared else 1.0
 
 
-#: default_pull (pull=None): the full pull from this many latents per code in a training step, a tenth from one
+#: latents_per_code_pull (pull=None): the full pull from this many latents per code in a training step, a tenth from one
 PULL_FULL_FROM, PULL_FLOOR = 4.0, 0.1
 
 
-def default_pull(latents: int | torch.Tensor, num_codes: int) -> float | torch.Tensor:
+def latents_per_code_pull(latents: int | torch.Tensor, num_codes: int) -> float | torch.Tensor:
     """The pull of ``pull=None``, from r = n / K, the real latents a training step hands the quantizer per code:
     1 (the full WS gradient) from r = 4, as at K = 512 with 32 images of 64 positions, where a lighter pull helped
     some host networks and cost others (BENCHMARKS.md 22, 43); 0.1 from r = 1 down; in between (r / 4)^(log 10 /
     log 4), straight on a log-log scale (K = 1,024 with 2,048 latents: 0.32). At r <= 1, 0.1 reconstructed CIFAR-10
     better than the full pull in two networks (-13% to -26%) and level in the paper's, but MNIST worse in the
-    paper's network (+46% at K = 2,048, section 43): an option, not the default. ``latents`` may be a tensor (a
-    mask's count, on the device: no host read), and so is the pull then."""
+    paper's network (+46% / +89% on two seeds at K = 2,048, section 43): an option, not the default. ``latents``
+    may be a tensor (a mask's count, on the device: no host read), and so is the pull then."""
     pull = (latents / max(num_codes, 1) / PULL_FULL_FROM) ** (math.log(1 / PULL_FLOOR) / math.log(PULL_FULL_FROM))
     if isinstance(pull, torch.Tensor):
         return pull.clamp(PULL_FLOOR, 1.0)
