@@ -77,6 +77,9 @@ if has graph; then
   timeout 90 $PY benchmarks/profile_quantizer.py --device "$DEVICE" --rows 0 \
     --solvers vqvae,semidiscrete-shared,semidiscrete-shared-eager-update,semidiscrete,vqvae-masked,semidiscrete-shared-masked \
     2>"$G/profile.err" | tee "$G/profile.txt"
+  timeout 90 $PY benchmarks/profile_quantizer.py --device "$DEVICE" --rows 0 --num-codes 8192 \
+    --solvers semidiscrete-shared,semidiscrete-shared-pull,semidiscrete-shared-masked,semidiscrete-shared-masked-pull \
+    2>>"$G/profile.err" | tee "$G/profile_pull_k8192.txt"
   for run in 1 2; do
     timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,semidiscrete-eager-update \
       --rounds 15 --json "$G/step_time_graph_k512_run$run.json" 2>>"$G/step.err" | tail -4

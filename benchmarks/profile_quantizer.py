@@ -45,7 +45,7 @@ class CountOps(TorchDispatchMode):
 
 
 #: the cases fed padded sequences with a mask instead of a (B, D, 8, 8) batch
-MASKED = ("vqvae-masked", "semidiscrete-shared-masked")
+MASKED = ("vqvae-masked", "semidiscrete-shared-masked", "semidiscrete-shared-masked-pull")
 
 
 def build(name, k):
@@ -57,6 +57,10 @@ def build(name, k):
         return WassersteinQuantizer(num_codes=k, dim=64, compile_update=True)
     if name == "semidiscrete-shared-eager-update":  # its own update launched op by op (graph_update=False, section 40)
         return WassersteinQuantizer(num_codes=k, dim=64, graph_update=False)
+    if name == "semidiscrete-shared-pull":  # pull=None: the latents-per-code pull (0.1 at K = 8,192, 2,048 latents)
+        return WassersteinQuantizer(num_codes=k, dim=64, pull=None)
+    if name == "semidiscrete-shared-masked-pull":  # and its mask's count on the device
+        return WassersteinQuantizer(num_codes=k, dim=64, channel_last=True, pull=None)
     if name in MASKED:  # padded sequences: channel-last (B, 64, 64) tokens under a mask of random lengths
         return (VectorQuantizer(num_codes=k, dim=64, channel_last=True) if name == "vqvae-masked" else
                 WassersteinQuantizer(num_codes=k, dim=64, channel_last=True))

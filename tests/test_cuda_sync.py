@@ -14,7 +14,9 @@ from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuan
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the sync debugger)")
 
 D, N = 16, 64  # latent width; latents per image (8 x 8 positions)
-MASKED = "wasserstein, padded sequences under a mask"  # the only case whose step passes a mask
+MASKED = "wasserstein, padded sequences under a mask"
+MASKED_PULL = "wasserstein, pull=None, padded sequences under a mask (the mask counted on the device)"
+MASKS = (MASKED, MASKED_PULL)  # the cases whose step passes a mask
 
 #: how the Wasserstein quantizer's own update runs (vqwae.fused): replayed as a CUDA graph (the default), launched
 #: operator by operator, or compiled
@@ -36,6 +38,9 @@ UPDATED = {
     "residual, 4 x wasserstein": lambda c: ResidualQuantizer(
         lambda: WassersteinQuantizer(num_codes=256, dim=D, channel_last=True, **c), 4),
     MASKED: lambda c: WassersteinQuantizer(num_codes=512, dim=D, channel_last=True, **c),
+    "wasserstein, pull=None, K=8192 (the latents-per-code pull)": lambda c: WassersteinQuantizer(
+        num_codes=8192, dim=D, channel_last=True, pull=None, **c),
+    MASKED_PULL: lambda c: WassersteinQuantizer(num_codes=8192, dim=D, channel_last=True, pull=None, **c),
 }
 #: the other quantizers: no update of their own to compile
 OTHERS = {
@@ -66,7 +71,7 @@ def test_training_step_never_syncs_with_the_host(name, mode):
     def step():
         x = torch.randn(32, N, 8, device=dev)
         # a mask of random lengths (at least one row of padding only): the padding is weighted 0, not indexed out
-        mask = torch.arange(N, device=dev) < torch.randint(0, N, (32, 1), device=dev) if name == MASKED else None
+        mask = torch.arange(N, device=dev) < torch.randint(0, N, (32, 1), device=dev) if name in MASKS else None
         out = q(enc(x), mask)
         loss = nn.functional.mse_loss(dec(out.quantized), x) + out.loss
         opt.zero_grad(set_to_none=True)
@@ -90,7 +95,7 @@ def test_training_step_never_syncs_with_the_host(name, mode):
 
 
 @pytest.mark.parametrize("name", ["wasserstein, shared pi, K=8192 (dead cells split)", "wasserstein, per-position pi",
-                                  MASKED, "residual, 4 x wasserstein"])
+                                  MASKED, MASKED_PULL, "residual, 4 x wasserstein"])
 def test_the_replayed_update_moves_the_state_as_the_launched_one(name):
     """The CUDA graph replays the update's kernels on the quantizer's own buffers: trained on the same latents, a
     quantizer whose update is replayed and one whose update is launched operator by operator keep the same state
@@ -107,7 +112,7 @@ def test_the_replayed_update_moves_the_state_as_the_launched_one(name):
     for step in range(24):
         z = torch.randn(32, N, D, generator=g).to(dev) * (1 + step / 8)  # latents that grow: the codebook follows
         lengths = torch.randint(0, N, (32, 1), generator=g).to(dev)
-        mask = torch.arange(N, device=dev) < lengths if name == MASKED else None
+        mask = torch.arange(N, device=dev) < lengths if name in MASKS else None
         if step == 12:
             built = {m: q.cpu().to(dev) for m, q in built.items()}
         outs = {}
