@@ -185,13 +185,12 @@ def test_saved_configs_that_predate_an_option_keep_the_behaviour_they_were_train
     assert loaded.quantizer.config.codebook_update == "gradient" and loaded.quantizer.embedding.requires_grad
 
 
-def test_the_latents_per_code_pull_has_the_identity_of_pull_1_where_it_is_1():
-    # pull=None at K = 512 with 32 images of 8 x 8 latents: the rule gives 1, the run is the one of pull 1 (the default)
-    assert TrainConfig.resolve().replace(pull=None).identity() == TrainConfig.resolve().identity()
+def test_the_latents_per_code_pull_is_its_own_run_and_the_presets_pin_the_full_pull():
+    # pull=None is another option value, so another run, also where its rule gives 1 (K = 512, 32 x 8 x 8 latents)
+    for k in (512, 8192):
+        assert TrainConfig.resolve(num_codes=k).replace(pull=None).identity() != TrainConfig.resolve(num_codes=k).identity()
     assert TrainConfig.resolve().quantizer.vqwae.pull == 1.0
     assert TrainConfig.resolve(preset="paper").quantizer.vqwae.pull == 1.0  # the authors' full pull, pinned
-    big = TrainConfig.resolve(num_codes=8192).replace(pull=None)
-    assert big.identity() != TrainConfig.resolve(num_codes=8192).identity()  # 0.1 there: another run
 
 
 def test_cli_train_and_errors(tmp_path):

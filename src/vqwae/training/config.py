@@ -35,7 +35,6 @@ from vqwae.options import SCHEDULE, WHERE, check_fields, from_flat, identity, op
 from vqwae.quantizers import (CodebookShape, StochasticConfig, StochasticOptions, VectorConfig, VectorOptions,
                               WassersteinConfig, WassersteinOptions, upgrade_quantizer_config)
 from vqwae.quantizers.stochastic import initial_log_var
-from vqwae.quantizers.wasserstein_options import latents_per_code_pull
 from vqwae.training.adversarial import AdversarialOptions
 
 MODELS = ("vqwae", "vqvae", "sqvae")
@@ -150,21 +149,10 @@ class TrainConfig:
             paths.append(("quantizer", "shared_pi"))  # VQ-WAE's pi: no other method has one
         options = getattr(self.quantizer, self.model)
         paths += [("quantizer", self.model, k) for k in (options.unread() if hasattr(options, "unread") else ())]
-        if self.model == "vqwae" and self.quantizer.vqwae.pull is None and self._latents_per_code_pull_is_one():
-            paths.append(("quantizer", "vqwae", "pull"))  # the rule resolves to 1: what pull 1 trains
         paths += [("network", k) for k in self.network.unread()]
         if self.network.arch != "vqgan":
             paths.append(("gan",))
         return tuple(paths)
-
-    def _latents_per_code_pull_is_one(self) -> bool:
-        """Whether VQ-WAE's pull=None (``latents_per_code_pull``) is 1 in this run whatever its images: from this
-        process's batch and the fewest latent positions its network can have (8 x 8 for the paper's networks, whose
-        side follows the data; VQGAN's from the image size, 32 when the data's own), so a run at K = 512 has the
-        identity of the same run with pull 1."""
-        net = self.network
-        side = max(1, (self.data.image_size or 32) // net.vqgan_factor) if net.arch == "vqgan" else 8
-        return latents_per_code_pull(self.optim.batch_size * side * side, self.quantizer.num_codes) == 1
 
     @property
     def transport_fit_steps(self) -> int:
