@@ -10,7 +10,9 @@ variation from pi against its sampling floor and the W ratio.
 is then the whole run's.
 
 The best MSE of each host x dataset x K cell is in bold; a quantizer whose mean is within the seeds' spread of the
-best (the largest gap between two seeds of the same quantizer in that cell) is marked "(within spread)".
+best (the largest gap between two seeds of the same quantizer in that cell) is marked "(within spread)". With three
+seeds or more the cell adds the median and on how many of its seeds the quantizer had the cell's lowest MSE (a mean
+that one erratic seed decides is then visible).
 """
 from __future__ import annotations
 
@@ -52,9 +54,16 @@ def table(cells: dict) -> str:
         spread = max((max(r["mse"] for r in rows) - min(r["mse"] for r in rows) for rows in quantizers.values()),
                      default=0.0)
         best = min(means.values())
+        lowest = defaultdict(lambda: (float("inf"), None))  # seed -> (the lowest MSE on that seed, its quantizer)
+        for q, rows in quantizers.items():
+            for r in rows:
+                lowest[r["seed"]] = min(lowest[r["seed"]], (r["mse"], q))
         for q, rows in quantizers.items():
             rows = sorted(rows, key=lambda r: r["seed"])
             mse = f"{means[q]:.5f} ({' / '.join(format(r['mse'], '.5f') for r in rows)})"
+            if len(rows) >= 3:
+                wins = sum(lowest[r["seed"]][1] == q for r in rows)
+                mse += f", median {statistics.median(r['mse'] for r in rows):.5f}, lowest on {wins} of {len(rows)} seeds"
             if means[q] == best:
                 mse = f"**{mse}**"
             elif len(rows) > 1 and means[q] - best <= spread:
