@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from vqwae.fused import fused_update
 from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the sync debugger)")
@@ -135,3 +136,36 @@ def captured_graphs(q: WassersteinQuantizer) -> int:
     caches = (type(q)._step_state.graphs, type(q)._transport_update.graphs, type(q.solver).update_state.graphs)
     held = [c.by_object.get(o) for c, o in zip(caches, (q, q, q.solver))]
     return sum(e.graph is not None for h in held if h for e in h[1].values())
+
+
+class _ReadsTheHost(nn.Module):
+    """A state update that CUDA cannot capture: it reads a value on the host (``.item()``) before it writes."""
+
+    compile_update, graph_update = False, True
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("total", torch.zeros(()))
+
+    @fused_update
+    def add(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum().item() > float("-inf"):  # a host read: fails the capture before the write below is recorded
+            self.total += x.mean()
+        return self.total
+
+
+def test_a_capture_that_fails_warns_once_and_runs_eagerly_from_then_on():
+    """The fallback of ``vqwae.fused`` (``CaptureFailed``): the first call runs eagerly, the second tries to capture;
+    when CUDA cannot capture an operator, the capture recorded nothing (the state is as it was), the call reruns
+    eagerly with one warning, and every later call runs eagerly without a warning or a graph."""
+    m = _ReadsTheHost().cuda()
+    x = torch.ones(4, device="cuda")
+    assert m.add(x).item() == 1  # eagerly, the first call
+    with pytest.warns(UserWarning, match="CUDA graph capture failed"):
+        assert m.add(x).item() == 2  # the failed capture added nothing; the eager rerun added once
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert m.add(x).item() == 3
+    held = type(m).add.graphs.by_object.get(m)
+    assert not held or all(e.graph is None for e in held[1].values())
+    torch.cuda.synchronize()  # the device is usable after the failed capture
