@@ -323,6 +323,57 @@ def test_pull_none_follows_the_latents_per_code(images, codes, expected):
     assert grads[0].abs().sum() > 0 and torch.allclose(grads[0], grads[1], rtol=1e-6, atol=0)
 
 
+def test_with_a_fixed_pi_the_quantizer_is_scale_equivariant():
+    """Latents c times larger (a host whose encoder ends c times larger) give the same codes, a codebook c times
+    larger and a WS gradient on the latents c times larger, at every step of training (data start, potential,
+    transport codebook): so inside such a host, whose decoder's gradient is c times smaller, the pull on the
+    encoder weighs c^2 times more against the reconstruction (BENCHMARKS.md 45: what pull_rms undoes)."""
+    c = 10.0
+    qs = {}
+    for scale in (1.0, c):
+        torch.manual_seed(0)
+        qs[scale] = WassersteinQuantizer(num_codes=32, dim=8, channel_last=True, learn_pi=False).train()
+    g = torch.Generator().manual_seed(1)
+    for step in range(30):
+        z = torch.randn(8, 16, 8, generator=g) * (1 + step / 10)  # latents that grow: the codebook follows
+        outs, grads = {}, {}
+        for scale, q in qs.items():
+            torch.manual_seed(step)  # the same random draws (the data start, dead cells' splits)
+            zz = (scale * z).requires_grad_(True)
+            outs[scale] = q(zz)
+            outs[scale].loss.backward()
+            grads[scale] = zz.grad
+        assert torch.equal(outs[1.0].indices, outs[c].indices), step
+        torch.testing.assert_close(grads[c], c * grads[1.0], rtol=1e-4, atol=1e-5 * c * grads[1.0].abs().max().item())
+    torch.testing.assert_close(qs[c].embedding, c * qs[1.0].embedding, rtol=1e-4, atol=1e-7)
+
+
+def test_pull_rms_scales_the_ws_gradient_by_the_latents_scale():
+    """pull_rms = s: the WS gradient on the latents is x min(1, (s / rms)^2) that of the same pull without it, rms
+    over the step's real latents (padding excluded); so latents c times larger get a WS gradient c times smaller
+    (c^2 less pull, x c equivariance), and at or below RMS s the pull is untouched."""
+    def grad(scale, mask=None, **options):
+        torch.manual_seed(0)
+        q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, learn_pi=False, **options).train()
+        z = scale * torch.randn(6, 10, 8)
+        q(z)  # the data start
+        z = z.clone().requires_grad_(True)
+        q(z, mask).losses["ws"].backward()
+        return z.grad, z.detach()
+
+    full, z = grad(3.0)
+    rms = z.pow(2).mean().sqrt()
+    rms_scaled, _ = grad(3.0, pull_rms=0.5)
+    torch.testing.assert_close(rms_scaled, (0.5 / rms) ** 2 * full, rtol=1e-5, atol=0)
+    below, _ = grad(0.1, pull_rms=0.5)
+    torch.testing.assert_close(below, grad(0.1)[0], rtol=0, atol=0)  # rms ~0.1 < 0.5: pull 1
+    mask = torch.arange(10) < torch.tensor([[10], [3], [7], [10], [1], [5]])
+    masked_full, z = grad(3.0, mask)
+    masked, _ = grad(3.0, mask, pull_rms=0.5)
+    real_rms = z[mask].pow(2).mean().sqrt()  # over the real latents only
+    torch.testing.assert_close(masked, (0.5 / real_rms) ** 2 * masked_full, rtol=1e-5, atol=0)
+
+
 def test_pull_target_holds_the_ws_gradient_at_that_fraction_of_the_decoders():
     """pull_target = t: once its EMAs have seen a few steps, the WS gradient on the latents is t x the decoder's
     (here a pull at full weight is ~10x the decoder's); the EMAs are a buffer, saved with the quantizer."""

@@ -197,6 +197,19 @@ def test_a_masked_training_step_has_no_data_dependent_size(update, pull, monkeyp
         assert z.grad is not None and torch.isfinite(z.grad).all()
 
 
+def test_pull_rms_never_reads_the_host(monkeypatch):
+    """pull_rms's scale is the step's latents' mean square on the device, the padding weighted out (a mask is
+    counted, not indexed)."""
+    monkeypatch.setattr(WassersteinQuantizer, "check_finite", staticmethod(lambda z: None))  # a CPU-only read
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, pull_rms=0.1).train()
+    q(torch.randn(4, 10, 8))  # the data start (reads the host once)
+    for mask in (None, torch.rand(4, 10) > 0.3):
+        z = torch.randn(4, 10, 8, requires_grad=True)
+        with _NoDataDependentShapes():
+            q(z, mask).loss.backward()
+        assert z.grad is not None and torch.isfinite(z.grad).all()
+
+
 def test_the_adaptive_pull_never_reads_the_host(monkeypatch):
     """pull_target's EMAs are fed by backward hooks and read on the device: no scalar reaches the host."""
     monkeypatch.setattr(WassersteinQuantizer, "check_finite", staticmethod(lambda z: None))  # a CPU-only read

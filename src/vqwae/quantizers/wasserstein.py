@@ -47,7 +47,7 @@ from vqwae.ot import build_solver
 from vqwae.fused import fused_update
 from vqwae.ot.semidiscrete import assignment_mass, semi_dual_from, semi_dual_weights
 from vqwae.ot.transport import keep_by_group, latents_by_group
-from vqwae.quantizers.base import Quantizer, QuantizerOutput, _choice, fp32, scale_gradient
+from vqwae.quantizers.base import Quantizer, QuantizerOutput, _choice, fp32, masked_square_sum, scale_gradient
 from vqwae.quantizers.transport_codebook import TransportCodebook
 from vqwae.quantizers.upgrade import upgrade_wasserstein_state_dict
 from vqwae.quantizers.wasserstein_options import PI_INITS, WassersteinConfig, default_kl_weight, latents_per_code_pull
@@ -320,7 +320,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
 
     def _pulled(self, latents: torch.Tensor, flat_q: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """The latents handed to the WS term: their value, their gradient x the pull (with pull=None
-        ``latents_per_code_pull`` of this step's real latents, which ``keep`` marks, counted on the device). With
+        ``latents_per_code_pull`` of this step's real latents, which ``keep`` marks, counted on the device), x
+        min(1, (pull_rms / their RMS)^2) when pull_rms is set. With
         pull_target = t the pull is min(1, t |g_dec| / |g_ws|) x ``pull``, from the EMAs (decay 0.99) of the squared norms of the
         decoder's gradient on the quantized output and of the WS term's on these latents, which backward hooks
         record for the next step (on the device: no host sync). Under DDP each rank follows its own gradients (its
@@ -330,6 +331,9 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         if pull is None:
             real = latents.numel() // latents.shape[-1] if keep is None else keep.sum()
             pull = latents_per_code_pull(real, self.num_codes)
+        if cfg.pull_rms and self.training:  # on the device: a tensor pull, no host read
+            square_sum, count = masked_square_sum(latents.detach(), keep)
+            pull = pull * (cfg.pull_rms ** 2 * count / square_sum.clamp_min(1e-30)).clamp(max=1.0)
         if not (cfg.pull_target and self.training and latents.requires_grad):
             return scale_gradient(latents, pull)
         dec, ws = self.pull_grads.unbind()
