@@ -349,9 +349,9 @@ def test_with_a_fixed_pi_the_quantizer_is_scale_equivariant():
 
 
 def test_pull_rms_scales_the_ws_gradient_by_the_latents_scale():
-    """pull_rms = s: the WS gradient on the latents is x min(1, (s / rms)^2) that of the same pull without it, rms
-    over the step's real latents (padding excluded); so latents c times larger get a WS gradient c times smaller
-    (c^2 less pull, x c equivariance), and at or below RMS s the pull is untouched."""
+    """pull_rms = s: the WS gradient on the latents is x (s / rms)^2, within [0.1, 1], that of the same pull without
+    it, rms over the step's real latents (padding excluded); so latents c times larger get a WS gradient c times
+    smaller (c^2 less pull, x c equivariance) down to the floor, and at or below RMS s the pull is untouched."""
     def grad(scale, mask=None, **options):
         torch.manual_seed(0)
         q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, learn_pi=False, **options).train()
@@ -363,15 +363,17 @@ def test_pull_rms_scales_the_ws_gradient_by_the_latents_scale():
 
     full, z = grad(3.0)
     rms = z.pow(2).mean().sqrt()
-    rms_scaled, _ = grad(3.0, pull_rms=0.5)
-    torch.testing.assert_close(rms_scaled, (0.5 / rms) ** 2 * full, rtol=1e-5, atol=0)
+    rms_scaled, _ = grad(3.0, pull_rms=1.5)  # (1.5 / ~3)^2 ~ 0.25
+    torch.testing.assert_close(rms_scaled, (1.5 / rms) ** 2 * full, rtol=1e-5, atol=0)
+    floored, _ = grad(3.0, pull_rms=0.3)  # (0.3 / 3)^2 = 0.01: held at 0.1
+    torch.testing.assert_close(floored, 0.1 * full, rtol=1e-5, atol=0)
     below, _ = grad(0.1, pull_rms=0.5)
     torch.testing.assert_close(below, grad(0.1)[0], rtol=0, atol=0)  # rms ~0.1 < 0.5: pull 1
     mask = torch.arange(10) < torch.tensor([[10], [3], [7], [10], [1], [5]])
     masked_full, z = grad(3.0, mask)
-    masked, _ = grad(3.0, mask, pull_rms=0.5)
+    masked, _ = grad(3.0, mask, pull_rms=1.5)
     real_rms = z[mask].pow(2).mean().sqrt()  # over the real latents only
-    torch.testing.assert_close(masked, (0.5 / real_rms) ** 2 * masked_full, rtol=1e-5, atol=0)
+    torch.testing.assert_close(masked, (1.5 / real_rms) ** 2 * masked_full, rtol=1e-5, atol=0)
 
 
 def test_pull_target_holds_the_ws_gradient_at_that_fraction_of_the_decoders():

@@ -50,7 +50,8 @@ from vqwae.ot.transport import keep_by_group, latents_by_group
 from vqwae.quantizers.base import Quantizer, QuantizerOutput, _choice, fp32, masked_square_sum, scale_gradient
 from vqwae.quantizers.transport_codebook import TransportCodebook
 from vqwae.quantizers.upgrade import upgrade_wasserstein_state_dict
-from vqwae.quantizers.wasserstein_options import PI_INITS, WassersteinConfig, default_kl_weight, latents_per_code_pull
+from vqwae.quantizers.wasserstein_options import (PI_INITS, PULL_FLOOR, WassersteinConfig, default_kl_weight,
+                                                   latents_per_code_pull)
 
 #: fit_transport: latents per ascent step (all groups together; one pi per position: 1,024 rows of 64 positions)
 FIT_LATENTS_PER_STEP = 1 << 16
@@ -321,7 +322,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
     def _pulled(self, latents: torch.Tensor, flat_q: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """The latents handed to the WS term: their value, their gradient x the pull (with pull=None
         ``latents_per_code_pull`` of this step's real latents, which ``keep`` marks, counted on the device), x
-        min(1, (pull_rms / their RMS)^2) when pull_rms is set. With
+        clamp((pull_rms / their RMS)^2, 0.1, 1) when pull_rms is set. With
         pull_target = t the pull is min(1, t |g_dec| / |g_ws|) x ``pull``, from the EMAs (decay 0.99) of the squared norms of the
         decoder's gradient on the quantized output and of the WS term's on these latents, which backward hooks
         record for the next step (on the device: no host sync). Under DDP each rank follows its own gradients (its
@@ -333,7 +334,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
             pull = latents_per_code_pull(real, self.num_codes)
         if cfg.pull_rms and self.training:  # on the device: a tensor pull, no host read
             square_sum, count = masked_square_sum(latents.detach(), keep)
-            pull = pull * (cfg.pull_rms ** 2 * count / square_sum.clamp_min(1e-30)).clamp(max=1.0)
+            # floored: with no floor the latents, pulled less as they grow, grew without bound (BENCHMARKS.md 45)
+            pull = pull * (cfg.pull_rms ** 2 * count / square_sum.clamp_min(1e-30)).clamp(PULL_FLOOR, 1.0)
         if not (cfg.pull_target and self.training and latents.requires_grad):
             return scale_gradient(latents, pull)
         dec, ws = self.pull_grads.unbind()

@@ -94,10 +94,10 @@ class WassersteinOptions:
     pull_target: float = option(0.0, "vqwae: > 0: the pull adapts, each step, so that the WS gradient on the latents "
                                 "is at most this fraction of the decoder's (EMAs of both norms; 0: a fixed pull)",
                                 min=0)
-    pull_rms: float = option(0.0, "vqwae: > 0: the pull is also x min(1, (pull_rms / rms)^2), rms the root mean "
-                             "square of the step's real latents: the quantizer is scale-equivariant, so latents c "
-                             "times larger get a WS gradient c times larger and a decoder's c times smaller; this "
-                             "holds their ratio at what it is at RMS pull_rms (0: off)", min=0)
+    pull_rms: float = option(0.0, "vqwae: > 0: the pull is also x (pull_rms / rms)^2, within [0.1, 1], rms the root "
+                             "mean square of the step's real latents: the quantizer is scale-equivariant, so latents "
+                             "c times larger get a WS gradient c times larger and a decoder's c times smaller; this "
+                             "holds their ratio at what it is at RMS pull_rms, down to a tenth (0: off)", min=0)
     codebook_init: str = option("data", "vqwae: codebook start: data (K latents of the first training batches) or "
                                 "normal (N(0, 1), the authors)", choices=CODEBOOK_INITS)
     codebook_update: str = option("transport", "vqwae: transport (each code moves to an EMA of the latents the OT "
