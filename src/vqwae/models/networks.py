@@ -48,11 +48,6 @@ class VQGANSizes:
         if not int_list(self.ch_mult, "ch_mult"):
             raise ValueError("ch_mult needs at least one level")
 
-    @property
-    def vqgan_factor(self) -> int:
-        """VQGAN's downsampling factor f = 2^(levels - 1)."""
-        return 2 ** (len(int_list(self.ch_mult, "ch_mult")) - 1)
-
 
 @dataclass(frozen=True)
 class NetworkOptions(VQGANSizes):
@@ -91,7 +86,7 @@ class NetworkConfig(VQGANSizes):
     @property
     def factor(self) -> int:
         """Downsampling factor f: image side / latent side."""
-        return self.vqgan_factor if self.arch == "vqgan" else 4
+        return 2 ** (len(int_list(self.ch_mult, "ch_mult")) - 1) if self.arch == "vqgan" else 4
 
     def latent_side(self, image_size: int) -> int:
         if image_size % self.factor:

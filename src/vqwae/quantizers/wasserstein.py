@@ -322,11 +322,11 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
     def _pulled(self, latents: torch.Tensor, flat_q: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """The latents handed to the WS term: their value, their gradient x the pull (with pull=None
         ``latents_per_code_pull`` of this step's real latents, which ``keep`` marks, counted on the device), x
-        clamp((pull_rms / their RMS)^2, 0.1, 1) when pull_rms is set. With
-        pull_target = t the pull is min(1, t |g_dec| / |g_ws|) x ``pull``, from the EMAs (decay 0.99) of the squared norms of the
-        decoder's gradient on the quantized output and of the WS term's on these latents, which backward hooks
-        record for the next step (on the device: no host sync). Under DDP each rank follows its own gradients (its
-        EMAs are not all-reduced, so they differ between ranks)."""
+        clamp((pull_rms / their RMS)^2, 0.1, 1) when pull_rms is set. With pull_target = t the pull is
+        min(1, t |g_dec| / |g_ws|) x ``pull``, from the EMAs (decay 0.99) of the squared norms of the decoder's
+        gradient on the quantized output and of the WS term's on these latents, which backward hooks record for the
+        next step (on the device: no host sync). Under DDP each rank follows its own gradients (its EMAs are not
+        all-reduced, so they differ between ranks)."""
         cfg = self.config
         pull = cfg.pull
         if pull is None:
