@@ -401,7 +401,8 @@ def main():
     ap.add_argument("--models", default=None, help="comma-separated (default: every quantizer of the host)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                     help="an extra VQ-WAE with some options changed, e.g. 'pl 0.01:potential_lr=0.01' "
-                         "('per-position' in the label: one pi per position)")
+                         "('per-position' in the label: one pi per position; labelled 'VQ-WAE', it replaces the default "
+                         "and draws its random numbers: a paired comparison with the default's own run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tag", default="")
@@ -430,8 +431,9 @@ def main():
     for v in args.variant:
         label, _, settings = v.partition(":")
         base = "VQ-WAE per-position" if "per-position" in label else "VQ-WAE"
-        factories[label] = (lambda b, s: lambda **o: factories[b](**{**s, **o}))(base, parse_settings(settings))
-        names.append(label)
+        factories[label] = (lambda f, s: lambda **o: f(**{**s, **o}))(factories[base], parse_settings(settings))
+        if label not in names:  # a variant labelled as a model replaces it, drawing that model's random numbers
+            names.append(label)
     unknown = [n for n in names if n not in factories]
     if unknown:
         raise SystemExit(f"error: unknown model(s) {unknown}; known: {', '.join(factories)}")

@@ -43,6 +43,8 @@ UPDATED = {
         num_codes=8192, dim=D, channel_last=True, pull=None, **c),
     # K = 2,048 (~1,000 real latents a step: pull ~0.1): the data start fills within the 8 warm-up steps
     MASKED_PULL: lambda c: WassersteinQuantizer(num_codes=2048, dim=D, channel_last=True, pull=None, **c),
+    "wasserstein, split_unused (codes nobody's nearest split)": lambda c: WassersteinQuantizer(
+        num_codes=512, dim=D, channel_last=True, split_unused=0.1, **c),
 }
 #: the other quantizers: no update of their own to compile
 OTHERS = {

@@ -332,3 +332,33 @@ def test_ddp_on_padded_sequences_keeps_every_buffer_identical(tmp_path):
     a, b = (torch.load(tmp_path / f"seq{r}.pt") for r in range(2))
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def _ddp_split_unused_worker(rank, world, port, path):
+    import torch.distributed as dist
+
+    from vqwae.quantizers import WassersteinQuantizer
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, split_unused=0.5, codebook_decay=0.5).train()
+    start = q.beta.detach().clone()
+    torch.manual_seed(10 + rank)  # each rank its own latents and padding
+    for step in range(8):
+        x = torch.randn(3, 8, 8)
+        x[:, :5] = 0.3  # a crowd of one repeated input: codes nobody's nearest, moved with their pi
+        mask = torch.rand(3, 8) > 0.2
+        if step == 0:  # rank 0 holds 24 real latents, rank 1 10 (< K): rank 0's batch draws the codebook for both
+            mask = torch.arange(24).view(3, 8) < (24 if rank == 0 else 10)
+        q(x, mask).loss.backward()
+    assert not torch.equal(q.beta.detach(), start)  # pi moved with the codes
+    torch.save({k: v.clone() for k, v in q.state_dict().items()}, f"{path}/unused{rank}.pt")
+    dist.destroy_process_group()
+
+
+def test_ddp_splitting_unused_codes_keeps_every_buffer_and_pi_identical(tmp_path):
+    # also: the data start under masks that give the ranks different counts (it once deadlocked on the broadcast)
+    _spawn_two_ranks(_ddp_split_unused_worker, tmp_path)
+    a, b = (torch.load(tmp_path / f"unused{r}.pt") for r in range(2))
+    for key in a:
+        assert torch.equal(a[key], b[key]), key

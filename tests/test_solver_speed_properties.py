@@ -425,3 +425,19 @@ def test_splitting_a_dead_cell_never_syncs_with_the_host():
     with _NoHostSync():
         q.wasserstein(flat).backward()
     assert q.embedding[15].abs().max() < 10  # split into an overloaded cell
+
+
+def test_splitting_an_unused_code_never_syncs_with_the_host(monkeypatch):
+    # the input's finiteness check reads the host on the CPU only (an async device assert elsewhere)
+    monkeypatch.setattr(WassersteinQuantizer, "check_finite", staticmethod(lambda z: None))
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, split_unused=0.5, codebook_decay=0.5).train()
+    crowd = torch.randn(8, 12, 8)
+    crowd[:, :8] = 0.3  # one input repeated: the codes the transport gives it are nobody's nearest but one
+    for _ in range(4):
+        q(crowd).loss.backward()
+    before = q.nearest_mass.clone()
+    for mask in (None, torch.rand(8, 12) > 0.3):
+        with _NoHostSync():
+            q(crowd.clone().requires_grad_(), mask).loss.backward()
+    assert not torch.equal(q.nearest_mass, before)

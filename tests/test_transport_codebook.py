@@ -240,8 +240,10 @@ def test_the_graph_cache_follows_the_state_and_bounds_the_signatures():
 
 
 @pytest.mark.parametrize("num_positions,masked,options", [(None, False, {}), (None, True, {}), (16, False, {}),
-                                                          (None, False, dict(potential_steps=2))],
-                         ids=["shared pi", "shared pi, padded rows", "one pi per position", "two potential steps"])
+                                                          (None, False, dict(potential_steps=2)),
+                                                          (None, True, dict(split_unused=0.5, codebook_decay=0.8))],
+                         ids=["shared pi", "shared pi, padded rows", "one pi per position", "two potential steps",
+                              "unused codes split"])
 def test_the_one_piece_training_step_equals_the_general_one(num_positions, masked, options):
     """The shipped configuration's training step runs its no-grad work as one piece (``_step_state``, one CUDA graph
     on a GPU); the general path (the solver's search, value and update, then the codebook's) serves the other
@@ -274,3 +276,48 @@ def test_the_one_piece_training_step_equals_the_general_one(num_positions, maske
         torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-8)
     for (name, a), b in zip(one_piece.state_dict().items(), general.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def _crowd_run(split_unused: float):
+    """A learned pi over latents of which 62% are one input repeated (a sequence's blank patches) and the rest
+    Gaussian; returns the codes sitting in the crowd, the other latents' quantization error and the codes in use."""
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=32, dim=4, channel_last=True, split_unused=split_unused).train()
+    opt = torch.optim.Adam(q.parameters(), 1e-2)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(300):
+        x = torch.randn(16, 16, 4, generator=g)
+        x[:, :10] = 0.5
+        out = q(x)
+        opt.zero_grad()
+        out.loss.backward()
+        opt.step()
+    x = torch.randn(256, 16, 4, generator=g)
+    x[:, :10] = 0.5
+    with torch.no_grad():
+        idx = q.eval()(x).indices
+    error = (x[:, 10:] - q.codebook[idx[:, 10:]]).pow(2).mean()
+    in_crowd = (q.codebook - 0.5).norm(dim=1) < 0.2
+    crowd_pi = float(q.pi[0][in_crowd].sum())
+    return int(in_crowd.sum()), error, int(torch.bincount(idx.flatten(), minlength=32).gt(0).sum()), crowd_pi
+
+
+def test_codes_a_crowd_of_identical_latents_holds_unused_are_moved_where_the_error_is():
+    # With a uniform pi the transport gives the crowd 62% of the codes, which all transport it at no cost but only
+    # one of which is anybody's nearest: W keeps them there. split_unused moves them to split the cells with the
+    # largest error, and the learned pi gives the crowd's remaining codes the mass.
+    crowd, error, used, crowd_pi = _crowd_run(0.0)
+    crowd_split, error_split, used_split, crowd_pi_split = _crowd_run(0.1)
+    assert crowd >= 12 and crowd_split <= 5
+    assert used_split == 32 > used
+    assert error_split < 0.85 * error
+    # the crowd keeps its share of pi (62% of the latents) on the few codes left there
+    assert abs(crowd_pi - 10 / 16) < 0.1 and abs(crowd_pi_split - 10 / 16) < 0.1
+
+
+def test_split_unused_needs_a_learned_pi():
+    # with a fixed pi a code nobody's nearest is the user's choice (a peaked pi), so the option does not act
+    q = WassersteinQuantizer(num_codes=16, dim=2, learn_pi=False, split_unused=0.1)
+    assert not q.config.splits_unused_cells and "split_unused" in q.config.unread()
+    assert not hasattr(q, "nearest_mass")
+    assert WassersteinQuantizer(num_codes=16, dim=2, split_unused=0.1).nearest_mass.shape == (16,)

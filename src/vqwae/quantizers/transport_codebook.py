@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from vqwae.fused import fused_update
+from vqwae.ot.semidiscrete import assign_codes
 
 #: split_dead: the most pairs of cells split in one step (K / 2 below K = 512; beyond, dead codes queue a few steps).
 SPLITS_PER_STEP = 256
@@ -21,7 +22,8 @@ class TransportCodebook:
 
     @fused_update
     def _transport_update(self, x: torch.Tensor, assigned: torch.Tensor | None, counts: torch.Tensor | None,
-                          keep: torch.Tensor | None, plan: torch.Tensor | None) -> None:
+                          keep: torch.Tensor | None, plan: torch.Tensor | None,
+                          nearest: torch.Tensor | None = None) -> None:
         """codebook_update="transport": move every code to the (EMA) barycentre of the latents transported to it.
 
         For a fixed plan P, argmin_C sum_ik P_ik ||z_i - c_k||^2 is c_k = sum_i P_ik z_i / sum_i P_ik: this is the
@@ -33,11 +35,13 @@ class TransportCodebook:
         The fields of a ``Transport`` (tensors, so that the update can be replayed as a CUDA graph): either the
         assignment (N, G) of the latents x (N, G, D) under the transport map with its counts (G, K) (semidiscrete;
         ``keep`` (N, G) the real latents or None), or the plan (G, N, K) between x (G, N, D) and the codebook (rows
-        sum to 1/N).
+        sum to 1/N). ``nearest`` (N, G): the latents' nearest codes, which split_unused tracks (semidiscrete).
         """
         k, decay = self.num_codes, self.config.codebook_decay
         live = None  # under DDP or a mask: whether any real latent was seen (a tensor: no host read)
         if plan is None:
+            if nearest is None and self.config.splits_unused_cells:  # the general path's search kept no nearest codes
+                nearest = assign_codes(x, self.embedding, None, self.solver.chunk_entries, keep)[0]
             x = x.reshape(-1, self.dim)
             mass = counts.sum(0).to(x.dtype)  # latents per code, over the groups (a mask's real ones)
             if keep is not None:  # the padding weighted 0, not indexed out (which would read the host)
@@ -64,6 +68,9 @@ class TransportCodebook:
         self.transport_steps += 1 if live is None else live.long()
         if self.config.splits_dead_cells:
             self._split_dead_cells(live)
+        if self.config.splits_unused_cells and nearest is not None:
+            self._track_nearest(x, assigned, nearest, keep, decay)
+            self._split_unused_cells(live)
         seen = self.transport_mass > 0  # a code the plan never reached keeps its place
         centroid = self.transport_sum / self.transport_mass.clamp_min(torch.finfo(x.dtype).tiny).unsqueeze(1)
         self.embedding.copy_(torch.where(seen.unsqueeze(1), centroid, self.embedding))
@@ -95,6 +102,13 @@ class TransportCodebook:
         split = (ratio[lo] < self.config.split_dead) & (ratio[hi] > 1) & warm  # (m,)
         if live is not None:  # under DDP, a step without latents on any rank splits nothing
             split &= live
+        self._split_pairs(lo, hi, split)
+
+    @torch.no_grad()
+    def _split_pairs(self, lo: torch.Tensor, hi: torch.Tensor, split: torch.Tensor) -> None:
+        """Move code lo[i] next to hi[i] where split[i]: the two share hi's EMAs (and split_unused's nearest-code EMAs)
+        and its potential, displaced by +-0.1 of a cell's radius, so that hi's cell is halved along the bisector."""
+        tiny = torch.finfo(self.transport_mass.dtype).tiny
         c = self.embedding
         away = c[lo] - c[hi]
         # 0.1 of a cell's radius, sqrt(scale) = sqrt(D) x the per-dimension spread (scale: the solver's EMA of the
@@ -108,3 +122,75 @@ class TransportCodebook:
         self.transport_sum[hi] = torch.where(split[:, None], (c[hi] - u) * half[:, None], self.transport_sum[hi])
         potential = self.solver.potential  # (G, K)
         potential[:, lo] = torch.where(split, potential[:, hi], potential[:, lo])
+        if self.config.splits_unused_cells:
+            for stat in (self.nearest_mass, self.nearest_error):
+                half = stat[hi] / 2
+                stat[lo] = torch.where(split, half, stat[lo])
+                stat[hi] = torch.where(split, half, stat[hi])
+
+    def _track_nearest(self, x: torch.Tensor, assigned: torch.Tensor, nearest: torch.Tensor,
+                       keep: torch.Tensor | None, decay: torch.Tensor | float) -> None:
+        """split_unused's statistics: EMAs of each code's nearest-code count and of the squared error of the latents
+        it is the nearest code of (x (N*G, D) with a mask's padding zeroed, as ``_transport_update`` holds it), and
+        for each code the most used nearest code of the latents transported to it this step (identical on every DDP rank;
+        kept from earlier steps for a code that received none)."""
+        idx, to = nearest.reshape(-1), assigned.reshape(-1)
+        # for each code, the most used (by the nearest-code EMA) of its transported latents' nearest codes: a crowd's
+        # codes all find the crowd's one used code (two scatters: the largest usage, then a code that has it)
+        usage = self.nearest_mass[idx] if keep is None else torch.where(keep.reshape(-1), self.nearest_mass[idx], -1.0)
+        best = torch.full_like(self.nearest_mass, -1.0).scatter_reduce_(0, to, usage, "amax")
+        host = torch.full_like(self.nearest_of, -1).scatter_reduce_(
+            0, to, torch.where((usage == best[to]) & (usage >= 0), idx, -1), "amax")
+        err = (x - self.embedding[idx]).pow(2).sum(-1)
+        ones = torch.ones_like(err)
+        if keep is not None:
+            w = keep.reshape(-1).to(x.dtype)
+            err, ones = err * w, w
+        k = self.num_codes
+        counts = torch.zeros(k, dtype=x.dtype, device=x.device).index_add_(0, idx, ones)
+        errors = torch.zeros(k, dtype=x.dtype, device=x.device).index_add_(0, idx, err)
+        if self.solver.per_rank_batches():  # every rank makes the same moves (and the same change to pi)
+            packed = torch.stack([counts, errors])
+            dist.all_reduce(packed)
+            counts, errors = packed.unbind()
+            dist.all_reduce(host, op=dist.ReduceOp.MAX)
+        self.nearest_of.copy_(torch.where(host >= 0, host, self.nearest_of))
+        self.nearest_mass.mul_(decay).add_(counts * (1 - decay))
+        self.nearest_error.mul_(decay).add_(errors * (1 - decay))
+
+    @torch.no_grad()
+    def _split_unused_cells(self, live: torch.Tensor | None = None) -> None:
+        """split_unused: a code that the decoder receives for less than split_unused x pi_k of the latents (the EMA of
+        its nearest-code share) moves to split the nearest-code cell with the largest summed quantization error
+        among those above the mean (the LBG split on the distortion the decoder sees). A crowd of identical latents
+        (the blank patches of a sequence) holds pi's share of codes that all transport it at no cost, but only one
+        of them is anybody's nearest: W cannot move the others out (BENCHMARKS.md 28, 32); this does, and a learned
+        pi then takes the mass of the codes that left from the crowd's remaining ones."""
+        k, tiny = self.num_codes, torch.finfo(self.nearest_mass.dtype).tiny
+        share = self.nearest_mass / self.nearest_mass.sum().clamp_min(tiny)
+        ratio = share / self.pi.mean(0).clamp_min(tiny)
+        m = min(k // 2, SPLITS_PER_STEP)
+        lo = torch.topk(ratio, m, largest=False).indices
+        hi = torch.topk(self.nearest_error, m).indices
+        warm = self.transport_steps > int(1 / (1 - self.config.codebook_decay))
+        heavy = self.nearest_error[hi] > self.nearest_error.mean()
+        split = (ratio[lo] < self.config.split_unused) & heavy & warm
+        if live is not None:
+            split &= live
+        self._move_pi(lo, hi, split)
+        self._split_pairs(lo, hi, split)
+
+    def _move_pi(self, lo: torch.Tensor, hi: torch.Tensor, split: torch.Tensor) -> None:
+        """The learned pi of split_unused's moves: a moved code's mass goes to the code its transported latents are
+        nearest to (a crowd's one used code, which thus takes the crowd's mass at once instead of through the
+        optimiser's small steps on beta), and the moved code and its partner share the partner's."""
+        beta = self.beta  # (G, K), pi = softmax(beta)
+        top = beta.max(-1, keepdim=True).values
+        w = (beta - top).exp()
+        target = self.nearest_of[lo]
+        target = torch.where(target >= 0, target, lo)
+        w.index_add_(1, target, torch.where(split, w[:, lo], 0.0))
+        half = w[:, hi] / 2
+        w[:, lo] = torch.where(split, half, w[:, lo])
+        w[:, hi] = torch.where(split, half, w[:, hi])
+        beta.copy_(w.clamp_min(torch.finfo(w.dtype).tiny).log() + top)

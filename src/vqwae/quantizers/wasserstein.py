@@ -135,6 +135,11 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
             self.register_buffer("transport_sum", torch.zeros(num_codes, dim))
             # transport updates since the codebook was drawn (split_dead waits for the EMAs to fill)
             self.register_buffer("transport_steps", torch.zeros((), dtype=torch.long))
+        if cfg.splits_unused_cells:
+            # EMAs of each code's nearest-code count and of its nearest-code cell's squared error (split_unused)
+            self.register_buffer("nearest_mass", torch.zeros(num_codes))
+            self.register_buffer("nearest_error", torch.zeros(num_codes))
+            self.register_buffer("nearest_of", torch.full((num_codes,), -1, dtype=torch.long))
         if cfg.pull_target:
             # EMAs of the squared norms of the gradients reaching the latents: the decoder's (through the
             # straight-through estimator) and the WS term's at pull 1 (recorded by backward hooks: no host sync)
@@ -265,7 +270,7 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         g_at = g.gather(1, assigned.t()).t()  # (N, G)
         perplexity = self.batch_perplexity(indices, keep)
         counts = solver.update_state(xg, assigned, kg, min_sum, log_pi, True)  # part of this graph
-        self._transport_update(xg, assigned, counts, kg, None)
+        self._transport_update(xg, assigned, counts, kg, None, nearest)
         if kg is None:
             return indices, codes, c_a, g, g_at.sum(), perplexity
         weights, g = semi_dual_weights(kg, g)
@@ -280,20 +285,29 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
 
         Why not copies alone: a copy and its original share one transport cell, and the plan splits that cell
         between them only as fast as the potential learns to, which took about 2,500 steps to spread 8,192
-        codes drawn from one batch of 2,048 latents (BENCHMARKS.md 8m, 8n). Rank 0's choice is broadcast
-        under DDP. With ``keep`` (B, M) only the real latents are drawn (a batch of padding draws nothing)."""
+        codes drawn from one batch of 2,048 latents (BENCHMARKS.md 8m, 8n). Under DDP rank 0's batch decides:
+        its count and its choice are broadcast, so ranks whose masks hold other counts draw in step. With ``keep`` (B, M) only the real latents are drawn (a batch of padding draws nothing)."""
         x = flat.detach().reshape(-1, self.dim)
         if keep is not None:
             x = x[keep.reshape(-1)]  # a host read, only while the codebook is being drawn
         n, k = x.shape[0], self.num_codes
+        drawing = not is_distributed() or dist.get_rank() == 0
+        if is_distributed():  # rank 0's batch decides for every rank (ranks with masks hold different counts)
+            size = torch.tensor([n], device=x.device)
+            dist.broadcast(size, src=0)
+            n = int(size)
         if n == 0:
             return False
         start = int(self.codes_drawn)  # a host read, only while the codebook is being drawn
         count = min(n, k - start)
-        chosen = x[torch.randperm(n, device=x.device)[:count]]
-        if start == 0 and count < k:  # the first batch: fill the rest with noisy copies, replaced later
-            copies = x[torch.randint(0, n, (k - count,), device=x.device)]
-            chosen = torch.cat([chosen, copies + 0.01 * x.std() * torch.randn_like(copies)])
+        rows = k if start == 0 and count < k else count
+        if drawing:
+            chosen = x[torch.randperm(n, device=x.device)[:count]]
+            if rows > count:  # the first batch: fill the rest with noisy copies, replaced later
+                copies = x[torch.randint(0, n, (k - count,), device=x.device)]
+                chosen = torch.cat([chosen, copies + 0.01 * x.std() * torch.randn_like(copies)])
+        else:
+            chosen = x.new_empty(rows, self.dim)
         if is_distributed():
             dist.broadcast(chosen, src=0)
         self.embedding[start:start + chosen.shape[0]] = chosen
@@ -303,6 +317,10 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
             self.transport_mass.zero_()
             self.transport_sum.zero_()
             self.transport_steps.zero_()
+        if self.config.splits_unused_cells:
+            self.nearest_mass.zero_()
+            self.nearest_error.zero_()
+            self.nearest_of.fill_(-1)
         return start + count >= k
 
     def _padding_only(self, z, flat, mask, compute_loss) -> QuantizerOutput:

@@ -108,6 +108,11 @@ class WassersteinOptions:
     split_dead: float = option(0.1, "vqwae semidiscrete, transport codebook: a code whose transported share falls "
                                "below this fraction of pi_k takes half of the most overloaded cell (0: never; "
                                "BENCHMARKS.md section 13)", min=0, below=1)
+    split_unused: float = option(0.0, "vqwae semidiscrete, transport codebook, learned pi: a code that is the nearest "
+                                 "code of less than this fraction of its share pi_k (EMAs) moves to split the nearest-code "
+                                 "cell with the largest summed error, and its pi goes to the most used nearest code of the "
+                                 "latents the transport sent it: for a crowd of near-identical latents (0: never; not the "
+                                 "default: BENCHMARKS.md section 46)", min=0, below=1)
     quantize: str = option("nearest", "vqwae: the code each latent is replaced by: nearest, or transport (semidiscrete: "
                            "the solver's map argmin ||z - c_k||^2 - g_k, whose usage follows pi)", choices=QUANTIZE)
     fit_steps: int = option(0, "vqwae semidiscrete: when training ends, ascent steps that solve the transport map's "
@@ -137,6 +142,12 @@ class WassersteinOptions:
         """Whether split_dead acts: it splits the transport codebook's EMAs and the semidiscrete potential."""
         return bool(self.split_dead) and (self.codebook_update, self.solver) == ("transport", "semidiscrete")
 
+    @property
+    def splits_unused_cells(self) -> bool:
+        """Whether split_unused acts (with a fixed pi a code nobody's nearest is the user's choice, and stays)."""
+        return (bool(self.split_unused) and self.learn_pi
+                and (self.codebook_update, self.solver) == ("transport", "semidiscrete"))
+
     def unread(self) -> tuple[str, ...]:
         """The options this configuration never reads, or holds at the value that does what vqwae did before the
         option existed (a run's identity leaves them out, so that adding one does not change the identity of
@@ -150,6 +161,8 @@ class WassersteinOptions:
             unread += ("pull_target",)
         if not self.pull_rms:
             unread += ("pull_rms",)
+        if not self.splits_unused_cells:
+            unread += ("split_unused",)
         if self.quantize == "nearest":
             unread += ("quantize",)
         if not self.fit_steps:
