@@ -1,10 +1,13 @@
-"""Trace the quantizer's state step by step while ``hosts.py`` trains (BENCHMARKS.md section 46): every 100th step,
+r"""Trace the quantizer's state step by step while ``hosts.py`` trains (BENCHMARKS.md section 46): every 100th step,
 and every third from ``--from-step`` on, one JSON line with the splits since the last line (``split_dead``'s and
 ``split_unused``'s), the solver's cost scale (the EMA of the quantization error), pi's largest and smallest share (x K),
 the potential's range (in cost-scale units), the largest transported and nearest-code shares (x K) and the codebook's
 RMS. It reads the host (a diagnostic, not a benchmark of speed). The hosts.py arguments follow ``--``:
 
-    .venv/bin/python benchmarks/split_unused_trace.py --out benchmarks/results/split_unused_spike_seed0.jsonl --from-step 1650 -- --host sequence --dataset mnist --data-root ../shared/data --steps 1850 --eval-every 5000 --test-images 500 --seed 0 --threads 1 --models VQ-WAE --variant "VQ-WAE:split_unused=0.1" --tag trace
+    .venv/bin/python benchmarks/split_unused_trace.py --out benchmarks/results/split_unused_spike_seed0.jsonl \
+        --from-step 1650 -- --host sequence --dataset mnist --data-root ../shared/data --steps 1850 \
+        --eval-every 5000 --test-images 500 --seed 0 --threads 1 --models VQ-WAE \
+        --variant "VQ-WAE:split_unused=0.1" --tag trace
 """
 import argparse
 import json

@@ -132,8 +132,8 @@ class TransportCodebook:
                        keep: torch.Tensor | None, decay: torch.Tensor | float) -> None:
         """split_unused's statistics: EMAs of each code's nearest-code count and of the squared error of the latents
         it is the nearest code of (x (N*G, D) with a mask's padding zeroed, as ``_transport_update`` holds it), and
-        for each code the most used nearest code of the latents transported to it this step (identical on every DDP rank;
-        kept from earlier steps for a code that received none)."""
+        for each code the most used nearest code of the latents transported to it this step (identical on every DDP
+        rank; kept from earlier steps for a code that received none)."""
         idx, to = nearest.reshape(-1), assigned.reshape(-1)
         # for each code, the most used (by the nearest-code EMA) of its transported latents' nearest codes: a crowd's
         # codes all find the crowd's one used code (two scatters: the largest usage, then a code that has it)

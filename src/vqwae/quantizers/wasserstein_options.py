@@ -108,11 +108,11 @@ class WassersteinOptions:
     split_dead: float = option(0.1, "vqwae semidiscrete, transport codebook: a code whose transported share falls "
                                "below this fraction of pi_k takes half of the most overloaded cell (0: never; "
                                "BENCHMARKS.md section 13)", min=0, below=1)
-    split_unused: float = option(0.0, "vqwae semidiscrete, transport codebook, learned pi: a code that is the nearest "
-                                 "code of less than this fraction of its share pi_k (EMAs) moves to split the nearest-code "
-                                 "cell with the largest summed error, and its pi goes to the most used nearest code of the "
-                                 "latents the transport sent it: for a crowd of near-identical latents (0: never; not the "
-                                 "default: BENCHMARKS.md section 46)", min=0, below=1)
+    split_unused: float = option(0.0, "vqwae semidiscrete, transport codebook, learned pi: a code that is the "
+                                 "nearest code of less than this fraction of its share pi_k (EMAs) moves to split the "
+                                 "nearest-code cell with the largest summed error, and its pi goes to the most used "
+                                 "nearest code of the latents the transport sent it: for a crowd of near-identical "
+                                 "latents (0: never; not the default: BENCHMARKS.md section 46)", min=0, below=1)
     quantize: str = option("nearest", "vqwae: the code each latent is replaced by: nearest, or transport (semidiscrete: "
                            "the solver's map argmin ||z - c_k||^2 - g_k, whose usage follows pi)", choices=QUANTIZE)
     fit_steps: int = option(0, "vqwae semidiscrete: when training ends, ascent steps that solve the transport map's "
