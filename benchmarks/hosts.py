@@ -304,7 +304,7 @@ def transport_diagnostics(q: WassersteinQuantizer, tokens: torch.Tensor, *, batc
         return {}
     shared = q.config.num_positions is None
     flat = tokens.reshape(-1, 1, q.dim) if shared else tokens  # (N, G, D)
-    nearest, (assigned, _, _) = q.solver.search(flat, q.embedding)
+    nearest, (assigned, *_) = q.solver.search(flat, q.embedding)
     pi = q.pi.double()  # (G, K)
     g, k = pi.shape
     n = flat.shape[0]

@@ -240,7 +240,7 @@ def cell_diagnostics(q: WassersteinQuantizer, flat: torch.Tensor) -> dict:
     Only for the semidiscrete solver (the others keep no potential that defines the cells between steps)."""
     if q.config.solver != "semidiscrete":
         return {}
-    nearest, (assigned, min_sum, _) = q.solver.search(flat, q.embedding)
+    nearest, (assigned, min_sum, *_) = q.solver.search(flat, q.embedding)
     d_near = mean_error(min_sum, flat.reshape(-1, 1, flat.shape[-1]))  # the mean nearest-code distance
     nearest, assigned = nearest.reshape(-1), assigned.reshape(-1)
     x = flat.reshape(-1, q.dim)

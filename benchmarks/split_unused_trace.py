@@ -40,6 +40,9 @@ def main():
         split_dead(self, live)
         state["which"] = "unused"  # the next split of this step, if any, is split_unused's
 
+    def largest_share(mass):  # x K: 1 is a uniform share
+        return float(mass.max() / mass.sum()) * mass.shape[0]
+
     def traced_update(self, *a):
         with torch.no_grad():
             update(self, *a)
@@ -48,11 +51,10 @@ def main():
             return
         pi, g = self.pi[0], self.solver.code_potential()[0] / self.solver.scale
         k = self.num_codes
-        share = lambda m: float(m.max() / m.sum()) * k  # noqa: E731
         row = dict(step=n, dead=state["dead"], unused=state["unused"], scale=float(self.solver.scale),
                    pi_max=float(pi.max()) * k, pi_min=float(pi.min()) * k, g_min=float(g.min()), g_max=float(g.max()),
-                   transported_max=share(self.transport_mass),
-                   nearest_max=share(self.nearest_mass) if hasattr(self, "nearest_mass") else None,
+                   transported_max=largest_share(self.transport_mass),
+                   nearest_max=largest_share(self.nearest_mass) if hasattr(self, "nearest_mass") else None,
                    codebook_rms=float(self.embedding.pow(2).mean().sqrt()))
         log.write(json.dumps(row) + "\n")
         log.flush()

@@ -282,7 +282,7 @@ class SemiDiscreteSolver(Solver):
         (B, M) bool marks the real latents (every latent is quantized, the real ones set the cost scale)."""
         nearest, assigned, min_sum, g = self.assign_batch(latents_by_group(flat.detach(), self.shared),
                                                           codebook.detach(), keep_by_group(keep, self.shared))
-        return nearest.view(flat.shape[:2]), (assigned, min_sum, g)
+        return nearest.view(flat.shape[:2]), (assigned, min_sum, g, nearest)
 
     def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None, keep=None) -> Transport:
         """As ``Solver.forward``; ``keep`` (B, M) bool: only the real latents enter the value, the potential's
@@ -291,14 +291,14 @@ class SemiDiscreteSolver(Solver):
         kg = keep_by_group(keep, self.shared)  # (N, G) or None
         x = xg.detach()
         if search is None:
-            _, assigned, min_sum, g = self.assign_batch(x, codebook.detach(), kg)
+            nearest, assigned, min_sum, g = self.assign_batch(x, codebook.detach(), kg)
         else:  # this step's search, with the potential it assigned by
-            assigned, min_sum, g = search
+            assigned, min_sum, g, nearest = search
         if update:
             assigned, g = self.inner_steps(x, codebook.detach(), kg, assigned, min_sum, g, log_pi.detach())
         value = semi_dual_value(xg, codebook, assigned, g, log_pi, kg)
         counts = self.update_state(x, assigned, kg, min_sum, log_pi.detach(), True) if update else None
-        return Transport(value=value, x=x, assigned=assigned, counts=counts, keep=kg)
+        return Transport(value=value, x=x, assigned=assigned, counts=counts, keep=kg, nearest=nearest)
 
     def inner_steps(self, x: torch.Tensor, codebook: torch.Tensor, keep: torch.Tensor | None, assigned: torch.Tensor,
                     min_sum: torch.Tensor, g: torch.Tensor, log_pi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,6 +31,7 @@ class Transport:
     assigned: torch.Tensor | None = None  # (N, G) code of each latent of x (N, G, D) under the transport map
     counts: torch.Tensor | None = None  # (G, K) with `assigned`, in training: each group's latents per code (this rank's)
     keep: torch.Tensor | None = None  # (N, G) bool with `assigned`: the real latents (None: all of them)
+    nearest: torch.Tensor | None = None  # (N, G) with `assigned` (semidiscrete): each latent's nearest code
 
 
 def positions_as_groups(flat: torch.Tensor, shared: bool) -> torch.Tensor:

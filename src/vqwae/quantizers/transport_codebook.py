@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from vqwae.fused import fused_update
-from vqwae.ot.semidiscrete import assign_codes
+from vqwae.ot.histogram import code_histogram
 
 #: split_dead: the most pairs of cells split in one step (K / 2 below K = 512; beyond, dead codes queue a few steps).
 SPLITS_PER_STEP = 256
@@ -40,8 +40,6 @@ class TransportCodebook:
         k, decay = self.num_codes, self.config.codebook_decay
         live = None  # under DDP or a mask: whether any real latent was seen (a tensor: no host read)
         if plan is None:
-            if nearest is None and self.config.splits_unused_cells:  # the general path's search kept no nearest codes
-                nearest = assign_codes(x, self.embedding, None, self.solver.chunk_entries, keep)[0]
             x = x.reshape(-1, self.dim)
             mass = counts.sum(0).to(x.dtype)  # latents per code, over the groups (a mask's real ones)
             if keep is not None:  # the padding weighted 0, not indexed out (which would read the host)
@@ -68,7 +66,7 @@ class TransportCodebook:
         self.transport_steps += 1 if live is None else live.long()
         if self.config.splits_dead_cells:
             self._split_dead_cells(live)
-        if self.config.splits_unused_cells and nearest is not None:
+        if self.config.splits_unused_cells:  # semidiscrete: the nearest codes come with the assignment
             self._track_nearest(x, assigned, nearest, keep, decay)
             self._split_unused_cells(live)
         seen = self.transport_mass > 0  # a code the plan never reached keeps its place
@@ -90,19 +88,29 @@ class TransportCodebook:
         splitting step of vector quantisation, applied to the transport cells). Dead codes are found relative to
         pi, so a fixed, non-uniform pi keeps its control. On device, no host read; under DDP every rank holds the
         same all-reduced statistics and makes the same choice."""
-        k, tiny = self.num_codes, torch.finfo(self.transport_mass.dtype).tiny
-        share = self.transport_mass / self.transport_mass.sum().clamp_min(tiny)
-        ratio = share / self.pi.mean(0).clamp_min(tiny)  # 1: the code receives exactly its share
-        # the i-th least served code pairs with the i-th most; at most SPLITS_PER_STEP pairs a step (the rest wait
-        # for the next steps), so that the gathers below stay small at large K
-        m = min(k // 2, SPLITS_PER_STEP)
-        lo = torch.topk(ratio, m, largest=False).indices
-        hi = torch.topk(ratio, m).indices
-        warm = self.transport_steps > int(1 / (1 - self.config.codebook_decay))  # the EMAs have filled
-        split = (ratio[lo] < self.config.split_dead) & (ratio[hi] > 1) & warm  # (m,)
-        if live is not None:  # under DDP, a step without latents on any rank splits nothing
-            split &= live
-        self._split_pairs(lo, hi, split)
+        ratio = self._share_over_pi(self.transport_mass)
+        # the i-th least served code pairs with the i-th most
+        lo = torch.topk(ratio, self._pairs_per_step, largest=False).indices
+        hi = torch.topk(ratio, self._pairs_per_step).indices
+        split = (ratio[lo] < self.config.split_dead) & (ratio[hi] > 1)  # (m,)
+        self._split_pairs(lo, hi, self._when_ready(split, live))
+
+    @property
+    def _pairs_per_step(self) -> int:
+        """At most SPLITS_PER_STEP pairs a step (the rest wait for the next steps), so that the splits' gathers stay
+        small at large K."""
+        return min(self.num_codes // 2, SPLITS_PER_STEP)
+
+    def _share_over_pi(self, mass: torch.Tensor) -> torch.Tensor:
+        """Each code's share of ``mass`` (K,) over its share of pi: 1 where a code receives exactly its share."""
+        tiny = torch.finfo(mass.dtype).tiny
+        return mass / mass.sum().clamp_min(tiny) / self.pi.mean(0).clamp_min(tiny)
+
+    def _when_ready(self, split: torch.Tensor, live: torch.Tensor | None) -> torch.Tensor:
+        """``split`` where the EMAs have filled since the codebook was drawn and (under DDP or a mask, ``live``) some
+        rank saw a real latent this step: a step without latents splits nothing."""
+        split = split & (self.transport_steps > int(1 / (1 - self.config.codebook_decay)))
+        return split if live is None else split & live
 
     @torch.no_grad()
     def _split_pairs(self, lo: torch.Tensor, hi: torch.Tensor, split: torch.Tensor) -> None:
@@ -141,14 +149,11 @@ class TransportCodebook:
         best = torch.full_like(self.nearest_mass, -1.0).scatter_reduce_(0, to, usage, "amax")
         host = torch.full_like(self.nearest_of, -1).scatter_reduce_(
             0, to, torch.where((usage == best[to]) & (usage >= 0), idx, -1), "amax")
-        err = (x - self.embedding[idx]).pow(2).sum(-1)
-        ones = torch.ones_like(err)
+        err = (x - self.embedding[idx]).pow(2).sum(-1)  # x's padding is zeroed, not its error: weighted below
         if keep is not None:
-            w = keep.reshape(-1).to(x.dtype)
-            err, ones = err * w, w
-        k = self.num_codes
-        counts = torch.zeros(k, dtype=x.dtype, device=x.device).index_add_(0, idx, ones)
-        errors = torch.zeros(k, dtype=x.dtype, device=x.device).index_add_(0, idx, err)
+            err = err * keep.reshape(-1).to(x.dtype)
+        counts = code_histogram(idx, self.num_codes, x.dtype, keep=keep)
+        errors = torch.zeros_like(counts).index_add_(0, idx, err)
         if self.solver.per_rank_batches():  # every rank makes the same moves (and the same change to pi)
             packed = torch.stack([counts, errors])
             dist.all_reduce(packed)
@@ -166,17 +171,11 @@ class TransportCodebook:
         (the blank patches of a sequence) holds pi's share of codes that all transport it at no cost, but only one
         of them is anybody's nearest: W cannot move the others out (BENCHMARKS.md 28, 32); this does, and a learned
         pi then takes the mass of the codes that left from the crowd's remaining ones."""
-        k, tiny = self.num_codes, torch.finfo(self.nearest_mass.dtype).tiny
-        share = self.nearest_mass / self.nearest_mass.sum().clamp_min(tiny)
-        ratio = share / self.pi.mean(0).clamp_min(tiny)
-        m = min(k // 2, SPLITS_PER_STEP)
-        lo = torch.topk(ratio, m, largest=False).indices
-        hi = torch.topk(self.nearest_error, m).indices
-        warm = self.transport_steps > int(1 / (1 - self.config.codebook_decay))
+        ratio = self._share_over_pi(self.nearest_mass)
+        lo = torch.topk(ratio, self._pairs_per_step, largest=False).indices
+        hi = torch.topk(self.nearest_error, self._pairs_per_step).indices
         heavy = self.nearest_error[hi] > self.nearest_error.mean()
-        split = (ratio[lo] < self.config.split_unused) & heavy & warm
-        if live is not None:
-            split &= live
+        split = self._when_ready((ratio[lo] < self.config.split_unused) & heavy, live)
         self._move_pi(lo, hi, split)
         self._split_pairs(lo, hi, split)
 

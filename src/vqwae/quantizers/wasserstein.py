@@ -231,7 +231,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         transport = self.solver(flat, c, log_pi, update=self.training, want_plan=transport_update, search=search,
                                 keep=keep)
         if transport_update:
-            self._transport_update(transport.x, transport.assigned, transport.counts, transport.keep, transport.plan)
+            self._transport_update(transport.x, transport.assigned, transport.counts, transport.keep, transport.plan,
+                                   transport.nearest)
         return self._scaled(transport.value, flat, per_sample, weight)
 
     def _scaled(self, value: torch.Tensor, flat: torch.Tensor, per_sample: torch.Tensor | None, weight: float):
@@ -286,7 +287,8 @@ class WassersteinQuantizer(TransportCodebook, Quantizer):
         Why not copies alone: a copy and its original share one transport cell, and the plan splits that cell
         between them only as fast as the potential learns to, which took about 2,500 steps to spread 8,192
         codes drawn from one batch of 2,048 latents (BENCHMARKS.md 8m, 8n). Under DDP rank 0's batch decides:
-        its count and its choice are broadcast, so ranks whose masks hold other counts draw in step. With ``keep`` (B, M) only the real latents are drawn (a batch of padding draws nothing)."""
+        its count and its choice are broadcast, so ranks whose masks hold other counts draw in step. With ``keep``
+        (B, M) only the real latents are drawn (a batch of padding draws nothing)."""
         x = flat.detach().reshape(-1, self.dim)
         if keep is not None:
             x = x[keep.reshape(-1)]  # a host read, only while the codebook is being drawn

@@ -140,13 +140,17 @@ class WassersteinOptions:
     @property
     def splits_dead_cells(self) -> bool:
         """Whether split_dead acts: it splits the transport codebook's EMAs and the semidiscrete potential."""
-        return bool(self.split_dead) and (self.codebook_update, self.solver) == ("transport", "semidiscrete")
+        return bool(self.split_dead) and self._moves_codes_by_transport_map
+
+    @property
+    def _moves_codes_by_transport_map(self) -> bool:
+        """The transport codebook under the semidiscrete solver's map: what both splits act on."""
+        return (self.codebook_update, self.solver) == ("transport", "semidiscrete")
 
     @property
     def splits_unused_cells(self) -> bool:
         """Whether split_unused acts (with a fixed pi a code nobody's nearest is the user's choice, and stays)."""
-        return (bool(self.split_unused) and self.learn_pi
-                and (self.codebook_update, self.solver) == ("transport", "semidiscrete"))
+        return bool(self.split_unused) and self.learn_pi and self._moves_codes_by_transport_map
 
     def unread(self) -> tuple[str, ...]:
         """The options this configuration never reads, or holds at the value that does what vqwae did before the
