@@ -6,6 +6,9 @@ variation from pi against its sampling floor and the W ratio.
     .venv/bin/python benchmarks/hosts_table.py benchmarks/results/host_*_3000_seed*.json
     .venv/bin/python benchmarks/hosts_table.py --at 1500 benchmarks/results/host_*_gpu.json   # runs cut short
 
+A quantizer run twice on one seed (two files of the same cell) counts once, the latest run; ``--models`` keeps only
+the quantizers named.
+
 ``--at STEP`` reads every run at that evaluation (runs that did not reach it are left out); the step-time column
 is then the whole run's.
 
@@ -23,21 +26,31 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def load(paths: list[Path], at: int | None = None) -> dict:
+def load(paths: list[Path], at: int | None = None, models: set[str] | None = None) -> dict:
     """(host, dataset, K, steps) -> quantizer -> [row per seed at step ``at`` (default: the run's last)], with the
-    lowest perplexity from step 1,000 on."""
-    cells = defaultdict(lambda: defaultdict(list))
+    lowest perplexity from step 1,000 on. A quantizer run on the same seed in several files counts once: the latest
+    run (the files' dates), so a cell can join an older process's peers to a newer run of a changed default.
+    ``models``: only these quantizers (None: all)."""
+    latest = {}  # (cell, quantizer, seed) -> (date, row)
     for p in paths:
         d = json.loads(p.read_text())
         m = d["meta"]
         steps = at or m["steps"]
         key = (m["host"], m["dataset"], m["num_codes"], steps)
         for row in d["rows"]:
+            if models is not None and row["quantizer"] not in models:
+                continue
             curve = [c for c in d["curves"][row["quantizer"]] if c["step"] <= steps]
             if not curve or curve[-1]["step"] != steps:
                 continue  # a run that did not reach that step
             later = [c["perplexity"] for c in curve if c["step"] >= 1000] or [curve[-1]["perplexity"]]
-            cells[key][row["quantizer"]].append(dict(row, **curve[-1], seed=m["seed"], min_ppl_after_1000=min(later)))
+            entry = dict(row, **curve[-1], seed=m["seed"], min_ppl_after_1000=min(later))
+            slot = (key, row["quantizer"], m["seed"])
+            if slot not in latest or m.get("date", "") >= latest[slot][0]:
+                latest[slot] = (m.get("date", ""), entry)
+    cells = defaultdict(lambda: defaultdict(list))
+    for (key, quantizer, _), (_, entry) in sorted(latest.items(), key=lambda kv: kv[0][2]):
+        cells[key][quantizer].append(entry)
     return cells
 
 
@@ -85,8 +98,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--at", type=int, default=None, help="read every run at this step (default: its last)")
+    ap.add_argument("--models", default=None, help="comma-separated quantizers to show (default: every one)")
     args = ap.parse_args()
-    print(table(load(args.files, args.at)))
+    models = None if args.models is None else {m.strip() for m in args.models.split(",")}
+    print(table(load(args.files, args.at, models)))
 
 
 if __name__ == "__main__":
