@@ -45,11 +45,11 @@ def load(paths: list[Path], at: int | None = None, models: set[str] | None = Non
                 continue  # a run that did not reach that step
             later = [c["perplexity"] for c in curve if c["step"] >= 1000] or [curve[-1]["perplexity"]]
             entry = dict(row, **curve[-1], seed=m["seed"], min_ppl_after_1000=min(later))
-            slot = (key, row["quantizer"], m["seed"])
-            if slot not in latest or m.get("date", "") >= latest[slot][0]:
-                latest[slot] = (m.get("date", ""), entry)
-    cells = defaultdict(lambda: defaultdict(list))
-    for (key, quantizer, _), (_, entry) in sorted(latest.items(), key=lambda kv: kv[0][2]):
+            slot, date = (key, row["quantizer"], m["seed"]), m.get("date", "")
+            if slot not in latest or date >= latest[slot][0]:
+                latest[slot] = (date, entry)
+    cells = defaultdict(lambda: defaultdict(list))  # table() orders each quantizer's rows by seed
+    for (key, quantizer, _), (_, entry) in latest.items():
         cells[key][quantizer].append(entry)
     return cells
 
