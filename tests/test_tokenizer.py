@@ -118,7 +118,7 @@ def test_encode_a_split_decode_it_and_train_the_prior_on_the_codes(run_dir, tmp_
 
     res = invoke("decode", run_dir, tmp_path / "test.safetensors", "--out", tmp_path / "dec", "--limit", "5", *CPU)
     assert "5 images" in res.output
-    assert sorted(p.name for p in (tmp_path / "dec").iterdir())[0] == "grid.png"
+    assert sorted(p.name for p in (tmp_path / "dec").iterdir() if not p.name.startswith("."))[0] == "grid.png"
     assert len(list((tmp_path / "dec").glob("image_*_class*.png"))) == 5
     images, _, _ = decode_file(run_dir, tmp_path / "test.safetensors", limit=5)
     assert torch.equal(images, model(x[:5])[0].clamp(0, 1))

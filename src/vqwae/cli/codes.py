@@ -13,7 +13,7 @@ import typer
 
 from vqwae.cli.common import (DataRoot, Device, Threads, at_least, device_or_fail, fail, nonempty_path,
                               out_folder_or_fail, print_wall, threads_on)
-from vqwae.figures.image_folder import save_image_folder
+from vqwae.figures.image_folder import check_image_folder, save_image_folder
 from vqwae.runs.codes import decode_file, encode_to_file
 
 Opt = typer.Option
@@ -81,12 +81,16 @@ def decode_command(
     out_folder_or_fail(out)
     dev = device_or_fail(device)
     try:
+        check_image_folder(out, "image")  # before the work: a user's file of a name it writes stops it
         with threads_on(dev, threads):
             images, labels, meta = decode_file(run_dir, codes, limit=limit, batch_size=batch_size, device=dev,
                                                progress=True)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, ValueError) as e:
         fail(str(e))
     suffixes = [f"_class{int(c)}" for c in labels] if labels is not None else None
-    save_image_folder(images, out, prefix="image", suffixes=suffixes, grid_count=grid, progress=True)
+    try:
+        save_image_folder(images, out, prefix="image", suffixes=suffixes, grid_count=grid, progress=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        fail(str(e))
     typer.echo(f"{images.shape[0]} images ({meta.source}) -> {out}/ (+ grid.png)")
     print_wall(t0)

@@ -15,8 +15,9 @@ import typer
 
 from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, disk_errors,
                               fail, nonempty_path, out_folder_or_fail, print_wall, threads_on)
+from vqwae.figures.image_folder import check_image_folder
 from vqwae.runs import layout
-from vqwae.runs.prior import generate, holds_prior, kind_replaced, save_samples, train_and_record_prior
+from vqwae.runs.prior import foreign_files, generate, holds_prior, kind_replaced, save_samples, train_and_record_prior
 
 Opt = typer.Option
 Arg = typer.Argument
@@ -72,6 +73,11 @@ def prior_train_command(
         fail("--val-codes goes with --codes (the training codes file)")
     dev = device_or_fail(device)
     out_dir = out if out is not None else run_dir / layout.PRIOR
+    out_folder_or_fail(out_dir)
+    foreign = foreign_files(out_dir)
+    if foreign:
+        fail(f"{foreign[0]} exists and was not written by a vqwae prior: training into {out_dir} would overwrite it; "
+             "choose another --out, or move the file away")
     if holds_prior(out_dir) and not force:
         fail(f"{out_dir} already holds a trained prior; pass --force to replace it, or --out to keep both")
     replaced = kind_replaced(out_dir, conditional)  # said after training: a failed start replaces nothing
@@ -134,14 +140,18 @@ def sample_command(
     at_least("--threads", threads)
     dev = device_or_fail(device)
     try:
+        check_image_folder(out if out is not None else run_dir / layout.SAMPLES, "sample")  # before the work
         with threads_on(dev, threads):
             images, labels, pdir = generate(run_dir, n, labels=klass, conditional=True if klass is not None else None,
                                             prior_dir=prior, temperature=temperature, seed=seed,
                                             batch_size=batch_size, device=dev, progress=True)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, ValueError) as e:
         fail(str(e))
-    out = save_samples(images, labels, out if out is not None else run_dir / layout.SAMPLES, nrow=nrow,
-                       cycling=labels is not None and klass is None)
+    try:
+        out = save_samples(images, labels, out if out is not None else run_dir / layout.SAMPLES, nrow=nrow,
+                           cycling=labels is not None and klass is None)
+    except (FileExistsError, NotADirectoryError) as e:
+        fail(str(e))
     kind = "unconditional" if labels is None else (f"class {klass}" if klass is not None else "classes cycled")
     typer.echo(f"{n} samples ({kind}, temperature {temperature}, prior {pdir}) -> {out}/ (+ grid.png)")
     print_wall(t0)

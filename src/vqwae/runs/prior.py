@@ -34,7 +34,7 @@ from vqwae.figures.image_folder import save_image_folder
 from vqwae.models.pretrained import WEIGHTS_NAME
 from vqwae.prior.pixelcnn import CONFIG_NAME, GatedPixelCNN, PixelCNNConfig
 from vqwae.prior.sampling import sample as sample_codes
-from vqwae.prior.train import SUMMARY_NAME, PriorTrainResult, cached_codes, train_prior
+from vqwae.prior.train import METRICS_NAME, SUMMARY_NAME, PriorTrainResult, cached_codes, train_prior
 from vqwae.data.codes import CodesDataset
 from vqwae.files import atomic_write_text
 from vqwae.runs import layout
@@ -328,6 +328,38 @@ def kind_replaced(out_dir: str | os.PathLike, conditional: bool) -> str | None:
 def holds_prior(out_dir: str | os.PathLike) -> bool:
     """Whether ``out_dir`` holds a trained prior (which training into it would replace)."""
     return _is_prior(Path(out_dir))
+
+
+def _json_or_none(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _prior_wrote(path: Path) -> bool:
+    """Whether ``path`` (one of the names a prior's training writes) is provably a prior's file."""
+    d, name = path.parent, path.name
+    cfg = _json_or_none(d / CONFIG_NAME)
+    is_cfg = isinstance(cfg, dict) and {"num_codes", "hidden_channels", "num_layers"} <= set(cfg)
+    if name in (CONFIG_NAME, WEIGHTS_NAME):
+        return is_cfg
+    if name == SUMMARY_NAME:
+        summary = _json_or_none(path)
+        return isinstance(summary, dict) and "uniform_bpc" in summary
+    try:  # metrics.jsonl: empty, or lines of the prior's epochs
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return False
+    return all(isinstance(r, dict) and "train_bpc" in r for r in rows)
+
+
+def foreign_files(out_dir: str | os.PathLike) -> list[Path]:
+    """The files in ``out_dir`` that training a prior there would overwrite but that no prior wrote (a user's own
+    config.json, say): training into it is refused while there are any."""
+    d = Path(out_dir)
+    return [d / n for n in (CONFIG_NAME, WEIGHTS_NAME, METRICS_NAME, SUMMARY_NAME)
+            if (d / n).exists() and not _prior_wrote(d / n)]
 
 
 def train_and_record_prior(run_dir: str | os.PathLike, *, conditional: bool = False, **kwargs):
