@@ -230,6 +230,7 @@ def test_two_trainers_one_folder_the_second_stops_the_first_finishes_intact(tmp_
 
 def test_kill_during_the_first_state_write_leaves_no_duplicate_metrics(tmp_path, monkeypatch):
     out = tmp_path / "run"
+    out.mkdir()  # a folder that existed before: like kill -9, the failed run cleans nothing up
     cfg = TrainConfig.resolve(out=str(out), epochs=2, dataset="digits", train_limit=64, eval_limit=32, num_codes=8,
                               device="cpu")
 
@@ -237,12 +238,13 @@ def test_kill_during_the_first_state_write_leaves_no_duplicate_metrics(tmp_path,
         pass
 
     def killed(*args, **kwargs):
-        raise Killed  # the process dies after metrics.jsonl got epoch 1, before state.pt exists
+        raise Killed  # the process dies after epoch 1's weights and metrics, before state.pt exists
 
-    monkeypatch.setattr(checkpoint, "save_state", killed)
+    monkeypatch.setattr(checkpoint, "atomic_torch_save", killed)
     with pytest.raises(Killed):
         train(cfg)
-    assert [m["epoch"] for m in layout.read_metrics(out)] == [1] and not (out / layout.STATE).exists()
+    # an epoch is recorded only once its state is saved: nothing to lose, nothing recorded
+    assert layout.read_metrics(out) == [] and not (out / layout.STATE).exists()
     monkeypatch.undo()
     train(cfg, resume=True)
     assert [m["epoch"] for m in layout.read_metrics(out)] == [1, 2]

@@ -9,7 +9,7 @@ import typer
 
 from vqwae.cli.common import fail, nonempty_path
 from vqwae.cli.options import with_config_options
-from vqwae.runs.layout import CONFIG, STATE, last_epoch, read_metrics, resume_config
+from vqwae.runs.layout import CONFIG, STATE, existing_run_files, last_epoch, read_metrics, resume_config
 from vqwae.training.lock import RunFolderBusy
 from vqwae.training import TrainConfig, TrainingDiverged, train
 
@@ -55,12 +55,16 @@ def train_command(
 
 
 def _interrupted(out: Path) -> None:
-    """Ctrl-C: say what was kept and how to go on (exit 130, the shell's code for SIGINT)."""
+    """Ctrl-C: say what was kept and how to go on (exit 130, the shell's code for SIGINT). The advice follows what
+    the folder now holds, so that the command it names is one that works."""
     if int(os.environ.get("RANK", "0")) == 0:
         if (out / STATE).is_file():
             epochs = last_epoch(read_metrics(out))
             typer.echo(f"\ninterrupted: {out} keeps its last completed epoch ({epochs}); continue with "
                        f"`vqwae train --out {out} --resume`", err=True)
+        elif existing_run_files(out):  # weights of an epoch whose checkpoint was never written
+            typer.echo(f"\ninterrupted before the first checkpoint: no epoch of {out} was completed; start it "
+                       f"again with `vqwae train --out {out} --resume`", err=True)
         else:
             typer.echo(f"\ninterrupted before the first epoch ended: nothing was saved in {out}; run the same "
                        "command again to start over", err=True)

@@ -14,6 +14,7 @@ RNG state pickled as an ndarray) are read through an allow-list of exactly numpy
 from __future__ import annotations
 
 import importlib
+import json
 import pickle
 import random
 from pathlib import Path
@@ -60,8 +61,13 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_state(path: Path, **state) -> None:
-    """Write the resumable state (and the RNG states) to ``path`` (the run folder's ``folder.STATE``), atomically."""
+    """Write the resumable state (and the RNG states) to ``path`` (the run folder's ``folder.STATE``), atomically;
+    then the epoch's pending metrics line joins metrics.jsonl (``folder.commit_metrics``): a run records an epoch
+    only once it can be continued from it."""
+    from vqwae.training import folder
+
     atomic_torch_save({**state, "rng": rng_state()}, Path(path))
+    folder.commit_metrics(Path(path).parent)
 
 
 def _allowed_format_1_globals(names: list[str]) -> list:
@@ -99,4 +105,35 @@ def load_state(path: Path) -> dict:
     missing = {"model", "optimizer", "scheduler", "epoch", "step", "rng"} - set(state)
     if missing:
         raise ValueError(f"cannot resume: {path} lacks {sorted(missing)}; it was not written by vqwae train")
+    check_same_run(state, path)
     return state
+
+
+def check_same_run(state: dict, path: Path) -> None:
+    """That the state in ``path`` is its run folder's own: the configuration it was saved with and the folder's
+    config.json agree on every option but the schedule and where the run goes (what a resume may change). A
+    state.pt copied from another run (another seed, K, dataset...) is refused, naming what differs."""
+    from vqwae.options import SCHEDULE, WHERE, names_with_role
+    from vqwae.training.config import TrainConfig
+    from vqwae.training.folder import CONFIG
+
+    saved = Path(path).parent / CONFIG
+    if "config" not in state or not saved.is_file():
+        return  # a state of the first format, or a state read outside a run folder
+    try:
+        run_cfg = TrainConfig.from_saved(json.loads(saved.read_text())).to_flat()
+    except Exception:
+        return  # the run's own config.json is checked (and reported) by whoever reads it
+    try:
+        state_cfg = TrainConfig.from_saved(state["config"]).to_flat()
+    except Exception as e:
+        raise ValueError(f"cannot resume: the configuration stored in {path} is unreadable ({e}); it was not "
+                         "written by this run") from None
+    free = names_with_role(TrainConfig, SCHEDULE, WHERE)
+    differ = sorted(k for k in set(run_cfg) | set(state_cfg)
+                    if k not in free and run_cfg.get(k) != state_cfg.get(k))
+    if differ:
+        shown = ", ".join(f"{k} {state_cfg.get(k)!r} (the run: {run_cfg.get(k)!r})" for k in differ[:3])
+        raise ValueError(f"cannot resume: {path} belongs to another run: {shown}"
+                         + (f" and {len(differ) - 3} more" if len(differ) > 3 else "")
+                         + f" differ from {saved}; nothing was changed")

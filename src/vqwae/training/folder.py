@@ -5,6 +5,7 @@
     RUN_DIR/model_config.json          the model's own config (VQAutoencoder.from_pretrained(RUN_DIR))
     RUN_DIR/metrics.jsonl              one JSON object per epoch
     RUN_DIR/state.pt                   resumable training state (vqwae.training.checkpoint)
+    RUN_DIR/.metrics.pending.json      the last epoch's metrics line until its state.pt is written
     RUN_DIR/transport_fit.json         fit_steps: the transport map solved on the saved weights (cells' TV before/after)
     RUN_DIR/run.lock                   held by the process training into RUN_DIR (vqwae.training.lock)
     RUN_DIR/eval.json                  results of eval / probe / tsne / generation, merged key by key
@@ -39,6 +40,7 @@ MODEL_WEIGHTS = WEIGHTS_NAME  # "model.safetensors": the model folder's files ar
 MODEL_CONFIG = VQAutoencoder.config_name  # "model_config.json"
 METRICS = "metrics.jsonl"
 STATE = "state.pt"
+METRICS_PENDING = ".metrics.pending.json"  # an epoch's metrics line until its state is saved (append_metrics)
 LOCK = "run.lock"
 EVAL = "eval.json"
 TRANSPORT_FIT = "transport_fit.json"
@@ -101,8 +103,23 @@ def check_trained(run_dir: PathLike) -> Path:
 
 
 # ---- config, metrics, eval.json ------------------------------------------------------------------
+def _is_run_config(path: Path) -> bool:
+    """Whether ``path`` is a config.json that vqwae train wrote (a run that stopped before its first epoch)."""
+    try:
+        values = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(values, dict) and isinstance(values.get("run"), dict) and "out" in values["run"]
+
+
 def check_can_train(run_dir: PathLike, resume: bool) -> None:
-    """That training may start in RUN_DIR: a fresh folder, or ``resume`` with its state (else a one-line error)."""
+    """That training may start in RUN_DIR: a fresh folder, or ``resume`` with its state (else a one-line error).
+
+    A fresh run overwrites nothing it did not write: a folder holding a run, or a file of a run's name that no
+    run wrote (a user's own config.json, eval.json, ...), is refused. ``resume`` without state.pt continues
+    nothing: a run killed before its first checkpoint records no epoch (metrics.jsonl gets an epoch's line only
+    once its state is saved, see :func:`append_metrics`) and starts over; a run that records an epoch has lost
+    its state.pt and is refused, whatever the count."""
     run_dir = Path(run_dir)
     existing = existing_run_files(run_dir)
     if existing and not resume:
@@ -110,25 +127,42 @@ def check_can_train(run_dir: PathLike, resume: bool) -> None:
             f"{run_dir} already holds a run ({', '.join(existing)}); pass --resume to continue it, "
             "or choose another --out (nothing was overwritten)"
         )
+    if not resume:
+        foreign = [n for n in (MODEL_CONFIG, EVAL, TRANSPORT_FIT) if (run_dir / n).exists()]
+        if (run_dir / CONFIG).exists() and not _is_run_config(run_dir / CONFIG):
+            foreign.insert(0, CONFIG)
+        if foreign:
+            raise FileExistsError(f"{run_dir / foreign[0]} exists and was not written by vqwae train: a run in "
+                                  f"{run_dir} would overwrite it; choose another --out, or move the file away")
     if resume and not (run_dir / STATE).exists():
-        # state.pt is written after each epoch's metrics line, so a run killed during its first state write
-        # records one epoch (it restarts); a run that records more has lost its state.pt: restarting would
-        # silently replace its weights and metrics
         epochs = last_epoch(read_metrics(run_dir))
-        if epochs > 1:
+        if epochs > 0:
             raise FileNotFoundError(f"cannot resume: {run_dir / STATE} is missing, yet {run_dir} records "
-                                    f"{epochs} trained epochs; nothing was changed (restore the file, or train into "
-                                    "another --out)")
+                                    f"{epochs} trained epoch{'s' if epochs > 1 else ''}; nothing was changed "
+                                    "(restore the file, or train into another --out)")
 
 
 def remove_if_unused(run_dir: PathLike) -> None:
-    """A run that stopped before its first checkpoint (bad data, a bad option) leaves no folder behind: this
-    removes RUN_DIR when it holds nothing but what this process wrote into it (its lock and config.json)."""
-    run_dir, ours = Path(run_dir), {LOCK, CONFIG}
+    """A run that stopped before its first checkpoint (bad data, a bad option, Ctrl-C in epoch 1) leaves no folder
+    behind: this removes RUN_DIR (which this process created) when it holds nothing but what training writes before
+    its first checkpoint (lock, config.json, the weights, an epoch's pending metrics line, an empty
+    metrics.jsonl, their temporary files). Anything else, a user's file included, keeps the folder as it is."""
+    run_dir = Path(run_dir)
+    ours = {LOCK, CONFIG, MODEL_WEIGHTS, MODEL_CONFIG, METRICS_PENDING, METRICS}
+
+    def before_first_checkpoint(p: Path) -> bool:
+        name = p.name
+        if name.startswith(".") and name.endswith(".tmp"):  # an atomic write cut short (vqwae.files)
+            name = name[1:].rsplit(".", 2)[0]
+        if name not in ours or not p.is_file() or p.is_symlink():
+            return False
+        return name != METRICS or not read_metrics(run_dir)
+
     with contextlib.suppress(OSError):
-        if all(p.name in ours and p.is_file() for p in run_dir.iterdir()):
-            for name in ours:
-                (run_dir / name).unlink(missing_ok=True)
+        entries = list(run_dir.iterdir())
+        if not (run_dir / STATE).exists() and all(before_first_checkpoint(p) for p in entries):
+            for p in entries:
+                p.unlink(missing_ok=True)
             run_dir.rmdir()
 
 
@@ -148,11 +182,43 @@ def read_metrics(run_dir: PathLike) -> list[dict]:
 
 
 def append_metrics(run_dir: PathLike, row: dict) -> None:
-    append_line(Path(run_dir) / METRICS, json.dumps(row))
+    """An epoch's metrics line, pending until the epoch's state is saved: :func:`commit_metrics` (called by
+    ``checkpoint.save_state`` once state.pt is written) appends it to metrics.jsonl. So a run that records an
+    epoch always has the state to continue it, and a kill between the two writes loses nothing (the resume
+    commits the line, :func:`truncate_metrics`)."""
+    atomic_write_text(Path(run_dir) / METRICS_PENDING, json.dumps(row))
+
+
+def commit_metrics(run_dir: PathLike) -> None:
+    """Append the pending metrics line (if any) to metrics.jsonl, then drop it."""
+    pending = Path(run_dir) / METRICS_PENDING
+    if not pending.is_file():
+        return
+    row = _pending_row(pending)
+    if row is not None:
+        append_line(Path(run_dir) / METRICS, json.dumps(row))
+    pending.unlink(missing_ok=True)
+
+
+def _pending_row(path: Path) -> dict | None:
+    try:
+        row = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def truncate_metrics(run_dir: PathLike, epochs_done: int) -> None:
-    """Drop metric lines of epochs after the last saved state (a crash between the two writes)."""
+    """On resume: drop metric lines of epochs after the last saved state (a crash between the two writes), and
+    commit a pending line of a saved epoch (a kill after its state was written, before its line was)."""
+    pending = Path(run_dir) / METRICS_PENDING
+    if pending.is_file():
+        row = _pending_row(pending)
+        epoch = row.get("epoch", 0) if row is not None else None
+        if isinstance(epoch, int) and 0 < epoch <= epochs_done and epoch > last_epoch(read_metrics(run_dir)):
+            commit_metrics(run_dir)
+        else:
+            pending.unlink(missing_ok=True)
     rows = read_metrics(run_dir)
     keep = [r for r in rows if r.get("epoch", 0) <= epochs_done]
     if len(keep) != len(rows):

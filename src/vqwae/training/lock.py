@@ -9,8 +9,9 @@ checked instead (on this host; a lock taken on another host is reported and left
 Under DDP only rank 0 holds the lock, and every rank learns whether it got it (:func:`hold_run_folder`), so
 a second ``torchrun`` into a folder a first one still writes stops on every rank, with the same message.
 
-Written by hand: the few lock libraries (filelock, fasteners) give no holder to report and filelock removes
-its file on release, which races with a waiting process.
+Written by hand: the few lock libraries (filelock, fasteners) give no holder to report. The file is removed on
+release while still locked, and a taker checks after locking that the path still names the file it locked (else
+it opens the path again), so removing it races with no one.
 """
 from __future__ import annotations
 
@@ -57,6 +58,16 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the file open as ``fd``."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+
 class RunLock:
     """``with RunLock(run_dir):`` holds the folder's lock, or raises :class:`RunFolderBusy` naming the holder."""
 
@@ -68,13 +79,20 @@ class RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if fcntl is None:
             return self._acquire_by_pid()
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise RunFolderBusy(f"{self.path.parent} is being written by {_holder_text(self.path)}; wait for it to "
-                                f"finish or stop it (a lock whose process has died is taken over automatically)") from None
+        for _ in range(100):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise RunFolderBusy(f"{self.path.parent} is being written by {_holder_text(self.path)}; wait for it "
+                                    "to finish or stop it (a lock whose process has died is taken over "
+                                    "automatically)") from None
+            if _same_file(fd, self.path):
+                break
+            os.close(fd)  # the holder released and removed this file after we opened it: open the current one
+        else:
+            raise RunFolderBusy(f"{self.path} keeps changing; another process is taking the lock")
         self._fd = fd
         info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]])[:300]}
@@ -98,12 +116,15 @@ class RunLock:
         return self
 
     def release(self) -> None:
-        """Let go of the lock. The file stays (empty): removing it would race with a process opening it."""
+        """Let go of the lock and remove its file (while still holding it: a process that opened the file in the
+        meantime finds, once it holds the lock, that the path no longer names it, and opens the path again), so
+        a folder that training left (or refused) keeps no run.lock."""
         if self._fd is None:
             return
         if self._fd >= 0:
             with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, 0)
+                if _same_file(self._fd, self.path):
+                    self.path.unlink()
             os.close(self._fd)  # closing releases the flock
         else:
             with contextlib.suppress(OSError):
