@@ -1,9 +1,9 @@
-# The two commands: `make demo` (the main job) and `make test` (the test suite).
+# The two commands: `make demo` (the main job) and `make test` (the test suite); `make docs` builds the docs site.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -18,6 +18,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+docs: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[docs]"
+	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+	@echo "the site: build/site/index.html (or: $(VENV)/bin/mkdocs serve)"
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
