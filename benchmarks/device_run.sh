@@ -1,5 +1,5 @@
 #!/bin/bash
-# One lent-GPU session in one call (BENCHMARKS.md sections 1, 13 and 16): the sync check, the step times on a
+# One lent-GPU session in one call (docs/lab/09-16.md#h100-first-lease): the sync check, the step times on a
 # quiet GPU, then the host zoo's cells as parallel processes until a deadline. Run from the repository root on
 # the GPU machine, with the wheels of .whl (vector-quantize-pytorch 1.32.0 and its needs, POT) and the image packs
 # of .gpudata (benchmarks/device_pack.py) carried beside the working tree:
@@ -12,11 +12,11 @@
 #
 #   OUT=/tmp/out bash benchmarks/device_run.sh               # results in $OUT
 #   DEVICE=cpu STEPS=20 EVAL=10 DEADLINE=120 P=2 OUT=/tmp/out bash benchmarks/device_run.sh   # a dry run here
-#   PARTS=compile OUT=/tmp/out bash benchmarks/device_run.sh  # eager against torch.compile step times only (section 30)
+#   PARTS=compile OUT=/tmp/out bash benchmarks/device_run.sh  # eager against torch.compile step times only (docs/lab/30-39.md#gpu-launch-bound)
 #
 # PARTS picks the parts, in this order: sync (the sync check), step (eager step times), compile (eager against
 # torch.compile, CUDA graphs and a larger batch), fused (compile_update: kernels and step times), graph (graph_update:
-# the sync check, kernels and step times; section 40), zoo (the host zoo); default "sync step zoo".
+# the sync check, kernels and step times; docs/lab/40-47.md#gpu-cuda-graph), zoo (the host zoo); default "sync step zoo".
 set -u
 export PYTHONUNBUFFERED=1
 DEVICE=${DEVICE:-cuda} STEPS=${STEPS:-3000} EVAL=${EVAL:-500} DEADLINE=${DEADLINE:-330} P=${P:-12}
@@ -46,7 +46,7 @@ has step && timeout 60 $PY benchmarks/step_time.py --device "$DEVICE" --models v
 has step && timeout 45 $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete --num-codes 8192 \
   --rounds 15 --json "$OUT/step_time_k8192.json" 2>&1 | tail -4
 
-# 2b. the launch overhead (section 30): eager against torch.compile (inductor), then CUDA graphs (reduce-overhead),
+# 2b. the launch overhead (docs/lab/30-39.md#gpu-launch-bound): eager against torch.compile (inductor), then CUDA graphs (reduce-overhead),
 # then a batch of 256 eager; each comparison interleaved in one process, each under its own time limit
 if has compile; then
   CT=${COMPILE_TIMEOUT:-200}
@@ -59,7 +59,7 @@ if has compile; then
   timeout "$CT" $PY benchmarks/step_time.py --device "$DEVICE" --models vqvae,semidiscrete,vqvae+compile,semidiscrete+compile \
     --num-codes 8192 --rounds 15 --json "$OUT/step_time_compile_k8192.json" 2>"$OUT/compile_k8192.log" | tail -6
 fi
-# 2c. compile_update (section 30): the quantizer's kernels per step and the step time with its update fused
+# 2c. compile_update (docs/lab/30-39.md#gpu-launch-bound): the quantizer's kernels per step and the step time with its update fused
 if has fused; then
   $PY benchmarks/profile_quantizer.py --device "$DEVICE" --rows 0 \
     --solvers vqvae,semidiscrete-shared,semidiscrete-shared-compiled-update 2>"$OUT/profile.err" | tee "$OUT/profile.txt"
@@ -69,7 +69,7 @@ if has fused; then
     --arch conv64 --hidden 256 --batch-size 128 --rounds 12 --json "$OUT/step_time_fused_conv64.json" \
     2>"$OUT/fused_conv64.err" | tail -4
 fi
-# 2d. graph_update (section 40): the sync check (every mode), the replayed update against the launched one, the
+# 2d. graph_update (docs/lab/40-47.md#gpu-cuda-graph): the sync check (every mode), the replayed update against the launched one, the
 # launches per step, and the step times with the update replayed (the default) or launched op by op
 if has graph; then
   G="$OUT/graph"; mkdir -p "$G"  # one archive comes back (at most 8 files do)
@@ -106,6 +106,6 @@ printf '%s\n' "${jobs[@]}" | grep -e "${ZOO_ONLY:-.}" | timeout "$DEADLINE" xarg
   "$PY benchmarks/hosts.py {} --steps $STEPS --eval-every $EVAL --device $DEVICE --tag gpu \
    --pack .gpudata/\$(echo '{}' | sed 's/.*--dataset \([a-z0-9]*\).*/\1/').pt > /dev/null 2>>'$OUT/zoo_errors.log'"
 # Everything comes back in this one archive: the run tool returns at most 8 files from $OUT (copy nothing else
-# there), and the next call resets the machine's tree to the committed files (BENCHMARKS.md section 36)
+# there), and the next call resets the machine's tree to the committed files (docs/lab/30-39.md#h100-compile-update)
 tar czf "$OUT/zoo.tgz" benchmarks/results/host_*_gpu.json benchmarks/results/host_*_gpu.png 2>/dev/null
 ls benchmarks/results/host_*_gpu.json | wc -l

@@ -5,9 +5,9 @@
     .venv/bin/python benchmarks/profile_quantizer.py --solvers vqvae,semidiscrete-shared,semidiscrete-shared-eager-update --rows 0 --device cuda
 
 Besides the time, it counts the operators one step dispatches eagerly (views and allocations left out: on a GPU
-each of the others is a kernel launch, the cost of a small step; section 30) and, on a GPU, the kernels the
+each of the others is a kernel launch, the cost of a small step; docs/lab/30-39.md#gpu-launch-bound) and, on a GPU, the kernels the
 profiler saw with their summed device time, and the launches the host issued (a replayed CUDA graph is one launch
-for all its kernels: ``graph_update``, section 40).
+for all its kernels: ``graph_update``, docs/lab/40-47.md#gpu-cuda-graph).
 """
 from __future__ import annotations
 
@@ -53,9 +53,9 @@ def build(name, k):
         return VectorQuantizer(num_codes=k, dim=64)
     if name == "semidiscrete-shared":  # the drop-in default: one shared pi
         return WassersteinQuantizer(num_codes=k, dim=64)
-    if name == "semidiscrete-shared-compiled-update":  # its own update fused (compile_update=True, section 30)
+    if name == "semidiscrete-shared-compiled-update":  # its own update fused (compile_update=True, docs/lab/30-39.md#gpu-launch-bound)
         return WassersteinQuantizer(num_codes=k, dim=64, compile_update=True)
-    if name == "semidiscrete-shared-eager-update":  # its own update launched op by op (graph_update=False, section 40)
+    if name == "semidiscrete-shared-eager-update":  # its own update launched op by op (graph_update=False, docs/lab/40-47.md#gpu-cuda-graph)
         return WassersteinQuantizer(num_codes=k, dim=64, graph_update=False)
     if name == "semidiscrete-shared-pull":  # pull=None: the latents-per-code pull (0.1 at K = 8,192, 2,048 latents)
         return WassersteinQuantizer(num_codes=k, dim=64, pull=None)

@@ -33,7 +33,7 @@ from vqwae.models import NetworkConfig, VQAutoencoder
 MODELS = {
     "vqvae": ("vector", {}),
     "semidiscrete": ("wasserstein", {}),  # WassersteinQuantizer's defaults (semidiscrete, data start, transport update)
-    "semidiscrete-compiled-update": ("wasserstein", dict(compile_update=True)),  # its own update fused (section 30)
+    "semidiscrete-compiled-update": ("wasserstein", dict(compile_update=True)),  # its own update fused (docs/lab/30-39.md#gpu-launch-bound)
     "semidiscrete-eager-update": ("wasserstein", dict(graph_update=False)),  # its update launched op by op (before 40)
     "semidiscrete-gradient": ("wasserstein", dict(codebook_update="gradient")),  # the codebook by Adam, as the paper
     "sinkhorn": ("wasserstein", dict(solver="sinkhorn")),

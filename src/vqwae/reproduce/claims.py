@@ -17,17 +17,18 @@ NAMES = {"vqvae": "VQ-VAE", "sqvae": "SQ-VAE", "vqvae-field": "VQ (k-means + exp
 # close.
 
 SEED_SPREAD = 0.07  # relative; MSE, FIDs, perplexity: two seeds of one configuration differed by 7% in test MSE
-                    # (BENCHMARKS 8n: the peer's 0.00342 vs 0.00319; VQ-WAE's 0.00353 vs 0.00345)
+                    # (docs/lab/08.md#k8192-codes-from-batches: the peer's 0.00342 vs 0.00319; VQ-WAE's
+                    # 0.00353 vs 0.00345)
 RFID_SEED_SPREAD = {"mnist": 0.41}  # relative, by dataset; on MNIST two seeds of the shipped configuration gave
                                     # rFID 25.9 and 15.4 where the same weights on three disjoint 1,000-image test
                                     # slices gave 25.9-26.1: the training seed moves it, through the grey the
-                                    # decoder paints MNIST's black background (BENCHMARKS.md section 35). Elsewhere
-                                    # SEED_SPREAD.
+                                    # decoder paints MNIST's black background (docs/lab/30-39.md#mnist-rfid-background).
+                                    # Elsewhere SEED_SPREAD.
 SILHOUETTE_SPREAD = 0.01  # absolute; three t-SNE seeds and a second 1,000-image subset spread the silhouette of
                           # each of two CIFAR-10 runs of the cpu report over 0.010 and 0.011. On MNIST two training
                           # seeds of the shipped configuration differ by 0.013 on the report's images (0.004-0.016
-                          # over three slices; benchmarks/tsne_noise.py, BENCHMARKS.md section 37): no report
-                          # verdict sits between 0.01 and 0.016
+                          # over three slices; benchmarks/tsne_noise.py at 6f7c54f, docs/lab/30-39.md#mnist-tsne):
+                          # no report verdict sits between 0.01 and 0.016
 
 
 def within_relative(spread: float):

@@ -166,9 +166,9 @@ def pi_spec(dataset: str, mode: str, init: str, budget: Budget, **settings) -> R
 # out the uniform pi (no claim reads it: a correlation with a constant is undefined; the paper's row keeps it as the
 # pi-init table's run). A variant is the options it sets beyond its row (CONTROLS): "nearest", the row as it is;
 # "transport", quantize="transport" (the solver's transport map, what the README tells a user who wants usage to
-# follow a fixed pi); "recipe", the toy's best combination, which holds on CIFAR-10 and not on MNIST (BENCHMARKS.md
-# 24, 26); "fitted", quantize="transport" with the map solved on the training latents once training ends (fit_steps,
-# section 29), for both rows.
+# follow a fixed pi); "recipe", the toy's best combination, which holds on CIFAR-10 and not on MNIST
+# (docs/lab/17-29.md#quantize-transport, #toy-recipe-controlled-usage); "fitted", quantize="transport" with the map
+# solved on the training latents once training ends (fit_steps, docs/lab/17-29.md#fit-steps), for both rows.
 CONTROL_RECIPE = {"quantize": "transport", "codebook_decay": 0.95, "pull": 0.1}
 CONTROLS = {"nearest": {}, "transport": {"quantize": "transport"}, "recipe": CONTROL_RECIPE,
             "fitted": {"quantize": "transport", "fit_steps": 1000}}
@@ -195,10 +195,11 @@ def lambda_spec(dataset: str, lambda_r: float, lam: float, budget: Budget) -> Ru
 
 # ---- the FFHQ row (Table 1's last block): VQGAN against VQ-WAE inside VQGAN --------------------------------
 # Its own dataset, whatever --datasets says. The `ffhq` preset (the paper's network, K 1024 x D 256 at 256x256)
-# at the full budget; below it a VQGAN small enough for a CPU (BENCHMARKS.md 9b's CIFAR-10 64x64 pair: f = 8, ch 32,
-# batch 16). 1,500 steps with the adversary for the last tenth (from step 1,350), as 9b's 500-step pair had it:
+# at the full budget; below it a VQGAN small enough for a CPU (the CIFAR-10 64x64 pair of docs/lab/09-16.md#vqgan-cifar10-64:
+# f = 8, ch 32, batch 16). 1,500 steps with the adversary for the last tenth (from step 1,350), as that 500-step pair
+# had it:
 # long enough to see whether taming's VQGAN leaves the one code it starts on (issue #35); 21 minutes of training
-# per row, the two rows on two cores at once (BENCHMARKS.md 20). Without FFHQ, CIFAR-10 stands in at the cpu
+# per row, the two rows on two cores at once (docs/lab/17-29.md#controllability-ten-seeds). Without FFHQ, CIFAR-10 stands in at the cpu
 # budget and the embedded digits at the smoke budget (the path, not the paper's result; the report says so).
 FFHQ_MODELS = ("vqvae", "vqwae")
 FFHQ_STAND_IN = {"smoke": "digits", "cpu": "cifar10"}

@@ -151,7 +151,7 @@ def _training_note(results: dict, jobs: int, threads: int | None, restored: int,
 
 ABLATION_NOTE = {"paper-fast": ", run with the semidiscrete solver instead of exact OT and the codebook drawn "
                                "from the first batch's latents instead of N(0, 1) (`paper-fast`: the semidiscrete solver "
-                               "never leaves perplexity 1 from the N(0, 1) start; BENCHMARKS.md section 11)"}
+                               "never leaves perplexity 1 from the N(0, 1) start; docs/lab/09-16.md#paper-fast)"}
 
 
 def _ffhq_data(b: Budget, data_root: str | None, lpips_weights: str | None) -> tuple[str | None, str]:

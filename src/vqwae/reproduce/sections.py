@@ -172,13 +172,14 @@ def controllability(datasets, results, b: Budget, out: Path, **_) -> Section:
                                         + how, corr >= 0.9, f"correlation {corr:.3f}", WAE_ROWS[row]))
     notes = ["Usage is that of the code the decoder receives on the test images: the nearest code, or with "
              "quantize=transport the semidiscrete solver's transport map (argmin ||z - c_k||^2 - g_k, the assignment "
-             "the WS term trains on). BENCHMARKS.md section 12 sets the nearest code beside that map for the paper's "
-             "runs. The paper's row is the pi-init table's fixed-pi run, then with quantize=transport, then with "
-             "the map also solved after training (fit_steps=1000); the shipped rows are every default with pi "
+             "the WS term trains on). The lab notebook's docs/lab/09-16.md#controllability-nearest-vs-map sets the "
+             "nearest code beside that map for the paper's runs. The paper's row is the pi-init table's fixed-pi run, "
+             "then with quantize=transport, then with the map also solved after training (fit_steps=1000); the "
+             "shipped rows are every default with pi "
              "fixed at its initial value, then with quantize=transport, then with the toy's recipe for controlled "
              "usage (quantize=transport, codebook_decay=0.95, pull=0.1), then with quantize=transport and the map "
              "solved on the training latents once training ends (fit_steps=1000: what the README tells a user who "
-             "wants usage to follow a fixed pi; BENCHMARKS.md section 29)."]
+             "wants usage to follow a fixed pi; docs/lab/17-29.md#fit-steps)."]
     return Section("Controllability", "Figure 'Different initialization of Codebook' (fig:init), as a number"
                    + _ablation(b),
                    ["dataset", "model", "fixed pi", "corr(usage, pi)", "total variation", "perplexity", "test MSE"],
