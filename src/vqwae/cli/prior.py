@@ -66,8 +66,8 @@ def prior_train_command(
     for name, v in (("--epochs", epochs), ("--batch-size", batch_size), ("--hidden", hidden), ("--layers", layers),
                     ("--max-steps", max_steps)):
         at_least(name, v)
-    if lr <= 0:
-        fail(f"--lr must be > 0, got {lr}")
+    if not math.isfinite(lr) or lr <= 0:
+        fail(f"--lr must be a finite number > 0, got {lr}")
     at_least("--threads", threads)
     if val_codes is not None and codes is None:
         fail("--val-codes goes with --codes (the training codes file)")

@@ -82,9 +82,12 @@ def cached_codes(
             blob = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:  # unreadable or partial cache: recompute
             blob = None
-        if (blob is not None and blob.get("fingerprint") == fingerprint and blob.get("split") == split
+        if (isinstance(blob, dict) and blob.get("fingerprint") == fingerprint and blob.get("split") == split
+                and isinstance(blob.get("codes"), torch.Tensor) and isinstance(blob.get("labels"), torch.Tensor)
+                and blob["codes"].dim() == 3 and not blob["codes"].dtype.is_floating_point
+                and blob["labels"].shape == blob["codes"].shape[:1]
                 and (n_expected is None or blob["codes"].shape[0] == n_expected)):
-            return blob["codes"], blob["labels"]
+            return blob["codes"], blob["labels"]  # anything else (a damaged or foreign cache) is recomputed
     codes, labels = extract_codes(model, loader, device)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_torch_save({"fingerprint": fingerprint, "split": split, "codes": codes, "labels": labels}, path)
@@ -123,12 +126,30 @@ def evaluate_bpc(prior: GatedPixelCNN, codes: torch.Tensor, labels: torch.Tensor
 
 
 def _check_codes(name: str, codes: torch.Tensor, K: int) -> torch.Tensor:
-    codes = torch.as_tensor(codes).long()
+    codes = torch.as_tensor(codes)
+    if codes.dtype.is_floating_point or codes.dtype.is_complex or codes.dtype == torch.bool:
+        raise ValueError(f"{name} must be integer code indices, got {codes.dtype}")
+    codes = codes.long()
     if codes.dim() != 3:
         raise ValueError(f"{name} must be (N, H, W) code indices, got {tuple(codes.shape)}")
-    if codes.numel() and (codes.min() < 0 or codes.max() >= K):
+    if codes.shape[0] == 0:
+        raise ValueError(f"{name} holds no code grids (0 items): nothing to fit the prior to")
+    if codes.min() < 0 or codes.max() >= K:
         raise ValueError(f"{name} has indices outside [0, {K})")
     return codes
+
+
+def _check_labels(name: str, labels, n: int, num_classes: int) -> torch.Tensor:
+    labels = torch.as_tensor(labels)
+    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+        raise ValueError(f"{name} must be integer classes, got {labels.dtype}")
+    labels = labels.long().reshape(-1)
+    if labels.shape[0] != n:
+        raise ValueError(f"{name}: {labels.shape[0]} labels for {n} code grids")
+    if labels.min() < 0 or labels.max() >= num_classes:
+        raise ValueError(f"{name} must lie in [0, {num_classes}) (the prior's classes), got "
+                         f"[{int(labels.min())}, {int(labels.max())}]")
+    return labels
 
 
 def train_prior(
@@ -165,12 +186,15 @@ def train_prior(
     if conditional:
         if labels_train is None or (codes_val is not None and labels_val is None):
             raise ValueError("config.num_classes is set: labels_train (and labels_val) are required")
-        labels_train = torch.as_tensor(labels_train).long().reshape(-1)
-        labels_val = torch.as_tensor(labels_val).long().reshape(-1) if labels_val is not None else None
+        labels_train = _check_labels("labels_train", labels_train, codes_train.shape[0], config.num_classes)
+        labels_val = (_check_labels("labels_val", labels_val, codes_val.shape[0], config.num_classes)
+                      if labels_val is not None and codes_val is not None else None)
     else:
         labels_train = labels_val = None
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
+    if not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"lr must be a finite number > 0, got {lr}")
 
     device = torch.device(device)
     codes_train = codes_train.to(device)  # 50k 8x8 grids are 25 MB: keep them on the device
@@ -211,12 +235,18 @@ def train_prior(
                 break
         train_bpc = tot / max(cnt, 1) / LN2
         val_bpc = evaluate_bpc(model, codes_val, labels_val) if codes_val is not None else None
+        diverged = not math.isfinite(train_bpc) or (val_bpc is not None and not math.isfinite(val_bpc))
         row = {"epoch": epoch, "steps": steps, "train_bpc": train_bpc, "val_bpc": val_bpc,
                "seconds": time.time() - t0, "lr": lr}
         history.append(row)
         append_line(metrics_path, json.dumps(row))
         if on_epoch is not None:
             on_epoch(row)
+        if diverged:  # a NaN / inf NLL is no result: keep the best finite epoch, if there is one
+            if best_state is None:
+                raise ValueError(f"the prior's training diverged in epoch {epoch} (NLL {train_bpc} bits/code after "
+                                 f"{steps} steps) before any finite epoch: lower the learning rate ({lr})")
+            break
         score = val_bpc if val_bpc is not None else train_bpc
         if score < best_bpc:
             best_bpc, best_epoch = score, epoch
@@ -225,10 +255,7 @@ def train_prior(
         if max_steps is not None and steps >= max_steps:
             break
 
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    else:  # every epoch scored NaN: still leave a loadable model behind
-        model.save_pretrained(out_dir)
+    model.load_state_dict(best_state)  # an epoch that scored NaN never gets here without a finite one
     model.eval()
     summary = {"best_epoch": best_epoch, "best_val_bpc": best_bpc, "uniform_bpc": math.log2(K), "steps": steps,
                "epochs_run": len(history), "batch_size": batch_size, "lr": lr, "seed": seed,

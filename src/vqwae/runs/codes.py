@@ -154,6 +154,28 @@ def check_codes_match(meta: CodesMeta, codes_path: PathLike, fingerprint: str, s
 
 
 @torch.no_grad()
+def model_grid(model: VQAutoencoder) -> tuple[int, ...] | None:
+    """The code grid of one image of the model's size ((h, w), or (h, w, L) for a residual quantizer); None
+    when the model records no image size."""
+    if model.image_size is None or model.network_config is None:
+        return None
+    device = next(model.parameters()).device
+    x = torch.zeros(1, model.network_config.in_channels, model.image_size, model.image_size, device=device)
+    return tuple(model.encode(x).shape[1:])
+
+
+def check_codes_fit(meta: CodesMeta, codes_path: PathLike, model: VQAutoencoder, source: PathLike) -> None:
+    """A ValueError naming the network's grid and image size when the codes' grid (or image size) is not the one the
+    model in ``source`` makes (a file whose metadata was edited, or written by hand)."""
+    grid = model_grid(model)
+    if grid is not None and (tuple(meta.grid) != grid or (meta.image_size not in (None, model.image_size))):
+        raise ValueError(f"{codes_path} holds {'x'.join(map(str, meta.grid))} code grids"
+                         + (f" of {meta.image_size}x{meta.image_size} images" if meta.image_size else "")
+                         + f", but the network in {source} makes {'x'.join(map(str, grid))} grids from "
+                         f"{model.image_size}x{model.image_size} images")
+
+
+@torch.no_grad()
 def decode_file(source: PathLike, codes_path: PathLike, *, limit: int | None = None, batch_size: int = 256,
                 device="cpu", progress: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, CodesMeta]:
     """(images (N, C, S, S) float32 in [0, 1] on the CPU, labels or None, metadata) of the first ``limit`` items of a
@@ -162,6 +184,7 @@ def decode_file(source: PathLike, codes_path: PathLike, *, limit: int | None = N
     device = torch.device(device)
     model = layout.load_model(source, device)
     check_codes_match(meta, codes_path, layout.model_fingerprint(source), source, model.num_codes)
+    check_codes_fit(meta, codes_path, model, source)
     if limit is not None:
         indices = indices[:limit]
         labels = labels[:limit] if labels is not None else None

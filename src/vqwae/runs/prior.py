@@ -38,7 +38,7 @@ from vqwae.prior.train import METRICS_NAME, SUMMARY_NAME, PriorTrainResult, cach
 from vqwae.data.codes import CodesDataset
 from vqwae.files import atomic_write_text
 from vqwae.runs import layout
-from vqwae.runs.codes import check_codes_match
+from vqwae.runs.codes import check_codes_fit, check_codes_match
 
 __all__ = [
     "available_priors",
@@ -240,6 +240,7 @@ def _codes_from_file(run_dir: Path, path, fingerprint: str, conditional: bool):
     ds = CodesDataset(path)  # what any second stage reads; the prior takes its tensors whole
     codes, labels, meta = ds.codes, ds.labels, ds.meta
     check_codes_match(meta, path, fingerprint, run_dir)
+    check_codes_fit(meta, path, layout.load_model(run_dir), run_dir)
     if meta.levels is not None or codes.dim() != 3:
         raise ValueError(f"{path} holds codes of shape {meta.grid}: the PixelCNN prior models (h, w) grids of one "
                          "quantizer, not residual levels")
