@@ -12,7 +12,9 @@ for all its kernels: ``graph_update``, docs/lab/40-47.md#gpu-cuda-graph).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -20,6 +22,9 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from vqwae.quantizers import VectorQuantizer, WassersteinQuantizer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import build_quantizer  # noqa: E402  (the benchmarks' shared module)
 
 
 #: operators that launch no kernel (views, allocations, metadata)
@@ -53,10 +58,10 @@ def build(name, k):
         return VectorQuantizer(num_codes=k, dim=64)
     if name == "semidiscrete-shared":  # the drop-in default: one shared pi
         return WassersteinQuantizer(num_codes=k, dim=64)
-    if name == "semidiscrete-shared-compiled-update":  # its own update fused (compile_update=True, docs/lab/30-39.md#gpu-launch-bound)
-        return WassersteinQuantizer(num_codes=k, dim=64, compile_update=True)
-    if name == "semidiscrete-shared-eager-update":  # its own update launched op by op (graph_update=False, docs/lab/40-47.md#gpu-cuda-graph)
-        return WassersteinQuantizer(num_codes=k, dim=64, graph_update=False)
+    if name == "semidiscrete-shared-compiled-update":  # its own update fused (compile_update, docs/lab/30-39.md#gpu-launch-bound)
+        return build_quantizer("semidiscrete-compiled-update", k, 64)
+    if name == "semidiscrete-shared-eager-update":  # its own update launched op by op (graph_update off, docs/lab/40-47.md#gpu-cuda-graph)
+        return build_quantizer("semidiscrete-eager-update", k, 64)
     if name == "semidiscrete-shared-pull":  # pull=None: the latents-per-code pull (0.1 at K = 8,192, 2,048 latents)
         return WassersteinQuantizer(num_codes=k, dim=64, pull=None)
     if name == "semidiscrete-shared-masked-pull":  # and its mask's count on the device
@@ -64,10 +69,7 @@ def build(name, k):
     if name in MASKED:  # padded sequences: channel-last (B, 64, 64) tokens under a mask of random lengths
         return (VectorQuantizer(num_codes=k, dim=64, channel_last=True) if name == "vqvae-masked" else
                 WassersteinQuantizer(num_codes=k, dim=64, channel_last=True))
-    kw = dict(solver=name)
-    if name == "semidiscrete":
-        kw["codebook_init"] = "data"
-    return WassersteinQuantizer(num_codes=k, dim=64, num_positions=64, **kw)
+    return build_quantizer(name, k, 64, num_positions=64)  # one pi per position: semidiscrete or a paper solver
 
 
 def main(argv=None):

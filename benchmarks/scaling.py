@@ -31,7 +31,10 @@ DIM = 64
 
 
 def one(k: int, n: int, device: str, repeats: int, kind: str) -> dict:
-    from vqwae.quantizers import VectorQuantizer, WassersteinQuantizer
+    from vqwae.quantizers import VectorQuantizer
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from common import build_quantizer  # the benchmarks' shared module
 
     dev = torch.device(device)
     torch.manual_seed(0)
@@ -39,7 +42,7 @@ def one(k: int, n: int, device: str, repeats: int, kind: str) -> dict:
     if kind == "vqvae":
         q = VectorQuantizer(num_codes=k, dim=DIM).to(dev).train()
     else:
-        q = WassersteinQuantizer(num_codes=k, dim=DIM, num_positions=POSITIONS, solver="semidiscrete").to(dev).train()
+        q = build_quantizer("semidiscrete", k, DIM, num_positions=POSITIONS).to(dev).train()
     z = torch.randn(b, DIM, 8, 8, device=dev).requires_grad_(True)
 
     def call():

@@ -30,18 +30,10 @@ import torch
 
 from vqwae.models import NetworkConfig, VQAutoencoder
 
-MODELS = {
-    "vqvae": ("vector", {}),
-    "semidiscrete": ("wasserstein", {}),  # WassersteinQuantizer's defaults (semidiscrete, data start, transport update)
-    "semidiscrete-compiled-update": ("wasserstein", dict(compile_update=True)),  # its own update fused (docs/lab/30-39.md#gpu-launch-bound)
-    "semidiscrete-eager-update": ("wasserstein", dict(graph_update=False)),  # its update launched op by op (before 40)
-    "semidiscrete-gradient": ("wasserstein", dict(codebook_update="gradient")),  # the codebook by Adam, as the paper
-    "sinkhorn": ("wasserstein", dict(solver="sinkhorn")),
-    "sinkhorn-fast": ("wasserstein", dict(solver="sinkhorn", sinkhorn_iters=5, sinkhorn_tol=0.0)),
-    "dual": ("wasserstein", dict(solver="dual")),
-    "exact": ("wasserstein", dict(solver="exact")),
-    "sqvae": ("stochastic", dict(log_var_init=2.995732)),
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import CONFIGURATIONS, build_autoencoder, loadavg, sync  # noqa: E402  (the benchmarks' shared module)
+
+MODELS = CONFIGURATIONS  # each name may end in +compile: the whole model through torch.compile
 
 
 def load_batches(n: int, batch: int, data_root: str | None, seed: int = 0, size: int = 32) -> list[torch.Tensor]:
@@ -68,9 +60,8 @@ def make(name: str, k: int, device: torch.device, seed: int, compile_mode: str =
     if base not in MODELS:
         raise SystemExit(f"error: unknown model {name!r}; choose from {', '.join(MODELS)} (each may end in +compile)")
     torch.manual_seed(seed)
-    kind, kw = MODELS[base]
     net = NetworkConfig(arch=arch, in_channels=3, num_res_layers=2, latent_dim=64, hidden=hidden)
-    model = VQAutoencoder.from_config(net, kind, num_codes=k, **kw).to(device).train()
+    model = build_autoencoder(base, net, num_codes=k).to(device).train()
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     if compiled:
         model = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
@@ -84,18 +75,6 @@ def step(model, opt, x):
     loss.backward()
     opt.step()
     return loss
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def loadavg() -> str:
-    try:
-        return " ".join(f"{v:.2f}" for v in os.getloadavg())
-    except OSError:
-        return "n/a"
 
 
 def main(argv=None):
