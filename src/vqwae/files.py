@@ -9,6 +9,7 @@ line short, which its readers skip.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -50,6 +51,20 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
+
+
+def read_json_object(path: str | os.PathLike, what: str = "a JSON object") -> dict:
+    """The JSON object (dict) in ``path``; a ValueError naming the file when it is not JSON or holds something
+    else (a list, null...). FileNotFoundError as ``open`` raises it."""
+    path = Path(path)
+    try:
+        value = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"{path} is damaged: not JSON ({e}); it should hold {what}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path} is damaged: it holds {type(value).__name__ if value is not None else 'null'}, "
+                         f"not {what}")
+    return value
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:

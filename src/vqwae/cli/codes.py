@@ -25,8 +25,8 @@ def encode_command(
     run_dir: Path = Source,
     out: Path = Opt(..., "--out", parser=nonempty_path,
                     help="The codes file to write (safetensors: indices, labels, metadata)."),
-    split: str = Opt("test", help="train | val | test: the split of the run's data set."),
-    limit: int | None = Opt(None, help="The first N images only."),
+    split: str | None = Opt(None, help="train | val | test (default test): the split of the run's data set."),
+    limit: int | None = Opt(None, help="The first N images only (default: the run's train / eval limit)."),
     images: list[Path] | None = Opt(None, "--images", help="Encode these image files / folders (recursive) "
                                                             "instead of a split; repeat for several."),
     batch_size: int = Opt(256, help="Images per batch."),
@@ -38,6 +38,9 @@ def encode_command(
 ) -> None:
     """Write the code indices of a data set (or of any images) to one file, for a second stage; torchrun shards it."""
     t0 = time.perf_counter()
+    if images and split is not None:
+        fail("--split names a split of the run's data set; with --images the images are given: leave one out")
+    split = split or "test"
     if split not in ("train", "val", "test"):
         fail(f"unknown --split {split!r}; valid: train, val, test")
     at_least("--limit", limit)
@@ -45,7 +48,7 @@ def encode_command(
     at_least("--num-workers", num_workers, 0)
     at_least("--threads", threads)
     if not run_dir.is_dir():
-        fail(f"{run_dir} not found (a run folder or a model folder)")
+        fail(f"no such run folder: {run_dir} (a run folder or a model folder)")
     dev = device_or_fail(device)
     try:
         with threads_on(dev, threads):
@@ -79,6 +82,8 @@ def decode_command(
     at_least("--batch-size", batch_size)
     at_least("--threads", threads)
     out_folder_or_fail(out)
+    if not run_dir.is_dir():
+        fail(f"no such run folder: {run_dir} (a run folder or a model folder)")
     dev = device_or_fail(device)
     try:
         check_image_folder(out, "image")  # before the work: a user's file of a name it writes stops it

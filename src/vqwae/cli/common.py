@@ -27,7 +27,8 @@ DataRoot = Annotated[str | None, typer.Option(help="Override the dataset locatio
 
 # A disk that is full, read-only or not ours: the user's to fix, so one line (every file vqwae writes goes
 # through an atomic replace, so what was written before stays whole).
-DISK_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM, errno.EDQUOT})
+DISK_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.ENAMETOOLONG,
+                         errno.ENOTDIR})
 
 
 def disk_errors(command):
@@ -69,13 +70,20 @@ def check_run(run_dir) -> None:
         fail(str(e))
 
 
+#: The devices a command computes on ("meta" and the like hold no data: a run on them would fail deep inside).
+COMPUTE_DEVICES = ("cpu", "cuda", "mps")
+
+
 def device_or_fail(name: str) -> torch.device:
     try:
-        return resolve_device(name)
+        dev = resolve_device(name)
     except ValueError as e:
         fail(f"bad --device {name!r}: {e}")
     except RuntimeError:  # torch lists every device type it knows
         fail(f"bad --device {name!r}; valid: auto, cpu, cuda, cuda:N, mps")
+    if dev.type not in COMPUTE_DEVICES:
+        fail(f"bad --device {name!r}: vqwae computes on {', '.join(COMPUTE_DEVICES)}, not on {dev.type}")
+    return dev
 
 
 def threads_on(dev: torch.device, threads: int | None):

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
 import typer
 
-from vqwae.cli.common import fail, nonempty_path
+from vqwae.cli.common import COMPUTE_DEVICES, fail, nonempty_path
 from vqwae.cli.options import with_config_options
 from vqwae.runs.layout import CONFIG, STATE, existing_run_files, last_epoch, read_metrics, resume_config
 from vqwae.training.lock import RunFolderBusy
@@ -44,6 +45,7 @@ def train_command(
             cfg = resume_config(out, options)  # the run's own configuration; only its schedule may change
         else:
             cfg = TrainConfig.resolve(preset=preset, config_file=config, **options)
+        _check_bounds(cfg)
         result = train(cfg, resume=resume)
     except KeyboardInterrupt:
         _interrupted(out)
@@ -52,6 +54,27 @@ def train_command(
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, one line for the run, not one per rank
         typer.echo(f"done: {result.epochs_completed} epochs, {result.steps} steps, best val MSE {result.best_val_mse:.6f} "
                    f"-> {result.run_dir}")
+
+
+#: The largest codebook a run may ask for: 2^20 codes of dimension 64 are 256 MB with as much again for their
+#: transport state, already beyond any setting measured; 10^12 would fail deep in the allocator.
+MAX_CODES = 1 << 20
+
+
+def _check_bounds(cfg: TrainConfig) -> None:
+    """What the configuration's own checks leave open: a codebook too large to allocate, a device that holds no
+    data (meta)."""
+    k = cfg.to_flat().get("num_codes")
+    if isinstance(k, int) and k > MAX_CODES:
+        fail(f"num_codes must be at most {MAX_CODES:,}, got {k:,}")
+    device = str(cfg.run.device)
+    if device != "auto":
+        try:
+            kind = torch.device(device).type
+        except RuntimeError:
+            return  # the trainer names a device torch does not know
+        if kind not in COMPUTE_DEVICES:
+            fail(f"bad --device {device!r}: vqwae computes on {', '.join(COMPUTE_DEVICES)}, not on {kind}")
 
 
 def _interrupted(out: Path) -> None:

@@ -40,14 +40,54 @@ def is_image(name: str) -> bool:
 def list_images(folder) -> list[str]:
     """All image files under ``folder`` (recursive, hidden entries skipped), sorted by path.
 
+    Links to folders are followed, each folder once: a folder reached again (a link ``again -> .`` or to a
+    folder above, two links to one folder) is not walked again, so a loop cannot multiply the data.
     Paths are plain strings (``folder`` joined with the relative path): tens of thousands of
     ``pathlib.Path`` objects cost seconds.
     """
     out: list[str] = []
+    seen = _folder_ids(folder)  # the folder and those above it: a link up to one of them is a loop
     for dirpath, dirnames, filenames in os.walk(str(folder), followlinks=True):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        kept = []
+        for d in sorted(dirnames):
+            if d.startswith("."):
+                continue
+            try:
+                st = os.stat(os.path.join(dirpath, d))
+            except OSError:  # a dangling link
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                kept.append(d)
+        dirnames[:] = kept
         out.extend(os.path.join(dirpath, f) for f in filenames if is_image(f))
     out.sort()
+    return out
+
+
+def _folder_ids(folder) -> set[tuple[int, int]]:
+    """(device, inode) of ``folder`` and of every folder above it."""
+    ids = set()
+    real = Path(os.path.realpath(folder))
+    for d in (real, *real.parents):
+        with contextlib.suppress(OSError):
+            st = os.stat(d)
+            ids.add((st.st_dev, st.st_ino))
+    return ids
+
+
+def _distinct_folders(folder, names: Sequence[str]) -> list[str]:
+    """``names`` (subfolders of ``folder``) without links back to ``folder`` or above and without a second name
+    of a folder already listed."""
+    seen, out = _folder_ids(folder), []
+    for name in names:
+        try:
+            st = os.stat(os.path.join(folder, name))
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            out.append(name)
     return out
 
 
@@ -76,7 +116,8 @@ def scan_class_tree(folder: Path, classes: Sequence[str] | None = None,
     interleaved round-robin (see :func:`interleave`). Otherwise all images under ``folder``
     get label 0 and the returned classes are ``None``.
     """
-    subdirs = sorted(d.name for d in os.scandir(folder) if d.is_dir() and not d.name.startswith("."))
+    subdirs = _distinct_folders(folder, sorted(d.name for d in os.scandir(folder)
+                                                if d.is_dir() and not d.name.startswith(".")))
     per_class = {d: list_images(folder / d) for d in subdirs}
     per_class = {d: fs for d, fs in per_class.items() if fs}
     top = [f.name for f in os.scandir(folder) if f.is_file() and is_image(f.name)]
@@ -127,11 +168,20 @@ def _decode(path, channels: int) -> torch.Tensor:
     if tv is not None:
         decode_image, read_file, mode = tv
         try:
-            return decode_image(read_file(str(path)), mode=mode.RGB if channels == 3 else mode.GRAY)
+            t = decode_image(read_file(str(path)), mode=mode.RGB if channels == 3 else mode.GRAY)
+            if t.ndim == 4:  # an animated GIF / WebP: its first frame
+                t = t[0]
+            if t.dtype == torch.uint16:  # a 16-bit PNG
+                t = (t.to(torch.int32) >> 8).to(torch.uint8)
+            if t.dtype == torch.uint8 and t.ndim == 3 and t.shape[0] == channels:
+                return t
+            # else (a GIF decoded to RGB whatever the mode asked): PIL converts it below
         except Exception as e:  # a format torchvision lacks (tiff, ...) or a corrupt file
             tv_err = e
     try:
-        with Image.open(path) as im:
+        with Image.open(path) as im:  # the first frame; palette, alpha, 1-bit, CMYK... converted to the channels
+            if im.mode.startswith("I;16"):
+                im = Image.fromarray((np.asarray(im).astype(np.uint32) >> 8).astype(np.uint8))
             arr = np.array(im.convert("RGB" if channels == 3 else "L"))
     except Exception as pil_err:
         # PIL's reason is the readable one (torchvision's names its C++ source line); both are chained.

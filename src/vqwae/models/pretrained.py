@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from safetensors.torch import load_file, save_file
 
-from vqwae.files import atomic_path, atomic_write_text
+from vqwae.files import atomic_path, atomic_write_text, read_json_object
 
 WEIGHTS_NAME = "model.safetensors"
 
@@ -64,12 +64,15 @@ class PretrainedMixin:
         for p in (cfg_path, w_path):
             if not p.is_file():
                 raise FileNotFoundError(f"{p} not found: expected a folder written by save_pretrained (or a vqwae run)")
+        config = read_json_object(cfg_path, f"a {cls.__name__} config")
+        version = config.pop("format_version", 1)
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= cls.format_version:
+            raise ValueError(f"{cfg_path} has format_version {version!r}; this vqwae reads 1 to {cls.format_version} "
+                             "(a newer vqwae wrote it? upgrade vqwae)")
         try:
-            config = json.loads(cfg_path.read_text())
-            version = config.pop("format_version", 1)
             model = cls._from_config_dict(config, version)
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"{cfg_path} is not a valid {cls.__name__} config: {e}") from e
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            raise ValueError(f"{cfg_path} is not a valid {cls.__name__} config: {type(e).__name__}: {e}") from None
         try:
             state = load_file(str(w_path), device="cpu")
         except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
@@ -81,6 +84,11 @@ class PretrainedMixin:
             raise ValueError(f"{w_path} does not fit {cfg_path} ({len(mismatches)} tensor(s) of another shape): "
                              f"{mismatches[0] if mismatches else e}") from None
         model._check_loaded(list(missing), list(unexpected), w_path)
+        bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:  # a run that diverged: NaN weights would give NaN metrics and all-zero codes, silently
+            raise ValueError(f"{w_path} holds non-finite values (NaN or inf) in {', '.join(bad[:3])}"
+                             + (f" and {len(bad) - 3} more tensors" if len(bad) > 3 else "")
+                             + ": the weights are damaged (training diverged?); retrain, or use an earlier copy")
         return model.to(map_location).eval()
 
 
@@ -118,8 +126,11 @@ def _resolve(source: str | os.PathLike, config_name: str) -> Path:
     """A local folder as is; otherwise, when ``source`` looks like a Hub repo id, its downloaded snapshot."""
     d = Path(source)
     text = str(source)
-    if d.exists() or text.count("/") != 1 or text.startswith((".", "/", "~")):
+    if d.exists() or text.count("/") != 1 or text.startswith((".", "/", "~")) or text.endswith("/"):
         return d
+    if Path(text.split("/")[0]).is_dir():  # "runs/nope" where runs/ is a local folder: a typo, not a Hub repo
+        raise FileNotFoundError(f"no such run folder: {d} (there is a local folder {text.split('/')[0]}/ but no "
+                                f"{d.name} in it)")
     try:
         from huggingface_hub import hf_hub_download  # optional: only for Hub repo ids
     except ImportError:

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from vqwae.data import DatasetInfo, load_split
+from vqwae.files import read_json_object
 from vqwae.models import VQAutoencoder
 from vqwae.options import SCHEDULE, WHERE, names_with_role
 from vqwae.training.config import TrainConfig
@@ -37,7 +38,12 @@ def read_config(run_dir: PathLike) -> TrainConfig:
     p = Path(run_dir) / CONFIG
     if not p.is_file():
         raise FileNotFoundError(f"{p} not found: {run_dir} is not a vqwae run folder (made by `vqwae train`)")
-    return TrainConfig.from_saved(json.loads(p.read_text()))
+    values = read_json_object(p, "a run's configuration (written by `vqwae train`)")
+    try:
+        return TrainConfig.from_saved(values)
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        text = str(e).replace("config.json: ", "")
+        raise ValueError(f"{p} is not a valid run configuration: {text}") from None
 
 
 # Options a resumed run may change: its schedule and where it runs (their declared role); the rest is the run's own.

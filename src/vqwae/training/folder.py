@@ -28,10 +28,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from pathlib import Path
 
 from vqwae.figures import read_metrics_jsonl
-from vqwae.files import append_line, atomic_write_text
+from vqwae.files import append_line, atomic_write_text, read_json_object
 from vqwae.models import VQAutoencoder
 from vqwae.models.pretrained import WEIGHTS_NAME, weights_fingerprint
 
@@ -228,7 +229,7 @@ def truncate_metrics(run_dir: PathLike, epochs_done: int) -> None:
 def read_transport_fit(run_dir: PathLike) -> dict:
     """RUN_DIR/transport_fit.json ({} when the saved weights' transport map was never solved)."""
     p = Path(run_dir) / TRANSPORT_FIT
-    return json.loads(p.read_text()) if p.is_file() else {}
+    return read_json_object(p, "a transport fit's record") if p.is_file() else {}
 
 
 def write_transport_fit(run_dir: PathLike, values: dict) -> None:
@@ -246,12 +247,27 @@ def fit_pending(run_dir: PathLike, fit_steps: int) -> bool:
 
 
 def read_eval(run_dir: PathLike) -> dict:
+    """RUN_DIR/eval.json ({} when there is none); a ValueError naming the file when it is damaged."""
     p = Path(run_dir) / EVAL
-    return json.loads(p.read_text()) if p.is_file() else {}
+    return read_json_object(p, "a run's evaluation (written by `vqwae eval`)") if p.is_file() else {}
 
 
 def update_eval(run_dir: PathLike, values: dict, drop: tuple[str, ...] = ()) -> dict:
-    """Merge ``values`` into RUN_DIR/eval.json (atomically), removing the keys ``drop``; returns the merged dict."""
-    merged = {k: v for k, v in {**read_eval(run_dir), **values}.items() if k not in drop or k in values}
+    """Merge ``values`` into RUN_DIR/eval.json (atomically), removing the keys ``drop``; returns the merged dict.
+    A damaged eval.json does not stop the evaluation that writes it: it is kept aside, renamed
+    ``eval.json.damaged`` (``.damaged-2``...), with a note on stderr, and a new one started."""
+    try:
+        old = read_eval(run_dir)
+    except ValueError as e:
+        p = Path(run_dir) / EVAL
+        aside = p.with_name(EVAL + ".damaged")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = p.with_name(f"{EVAL}.damaged-{n}")
+        os.replace(p, aside)
+        print(f"note: {e}; it was kept as {aside} and a new {EVAL} started", file=sys.stderr, flush=True)
+        old = {}
+    merged = {k: v for k, v in {**old, **values}.items() if k not in drop or k in values}
     atomic_write_text(Path(run_dir) / EVAL, json.dumps(merged, indent=2))
     return merged
