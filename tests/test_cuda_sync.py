@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from vqwae.fused import fused_update
-from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer
+from vqwae.quantizers import PaperWassersteinQuantizer, ResidualQuantizer, VectorQuantizer, WassersteinQuantizer
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the sync debugger)")
 
@@ -22,29 +22,36 @@ MASKS = (MASKED, MASKED_PULL)  # the cases whose step passes a mask
 #: how the Wasserstein quantizer's own update runs (vqwae.fused): replayed as a CUDA graph (the default), launched
 #: operator by operator, or compiled
 MODES = {"graph": {}, "eager": dict(graph_update=False), "compiled": dict(compile_update=True)}
+
+
+def _product(c: dict, **options) -> WassersteinQuantizer:
+    """A WassersteinQuantizer whose update runs as the mode says (its runtime settings)."""
+    return WassersteinQuantizer(**options).set_runtime(**c)
+
+
+def _paper(c: dict, **options) -> PaperWassersteinQuantizer:
+    return PaperWassersteinQuantizer(**options).set_runtime(**c)
+
 #: the Wasserstein quantizer's cases, each built for a mode's options
 UPDATED = {
-    "wasserstein, shared pi, K=512 (the default)": lambda c: WassersteinQuantizer(
-        num_codes=512, dim=D, channel_last=True, **c),
-    "wasserstein, shared pi, K=8192 (dead cells split)": lambda c: WassersteinQuantizer(
-        num_codes=8192, dim=D, channel_last=True, **c),
-    "wasserstein, per-position pi": lambda c: WassersteinQuantizer(
-        num_codes=512, dim=D, channel_last=True, num_positions=N, **c),
-    "wasserstein, paper: gradient codebook": lambda c: WassersteinQuantizer(
-        num_codes=512, dim=D, channel_last=True, codebook_update="gradient", codebook_init="normal",
-        **c),
+    "wasserstein, shared pi, K=512 (the default)": lambda c: _product(c, num_codes=512, dim=D, channel_last=True),
+    "wasserstein, shared pi, K=8192 (dead cells split)": lambda c: _product(c, num_codes=8192, dim=D,
+                                                                            channel_last=True),
+    "wasserstein, per-position pi": lambda c: _product(c, num_codes=512, dim=D, channel_last=True, num_positions=N),
+    "paper-wasserstein, semidiscrete: gradient codebook": lambda c: _paper(c, num_codes=512, dim=D, channel_last=True,
+                                                                           codebook_init="normal"),
     # sinkhorn's convergence check reads the marginal error on the host (its docstring says so): tol=0 turns it off
-    "wasserstein, sinkhorn, no tolerance check": lambda c: WassersteinQuantizer(
-        num_codes=512, dim=D, channel_last=True, solver="sinkhorn", sinkhorn_tol=0.0, **c),
+    "paper-wasserstein, sinkhorn, no tolerance check": lambda c: _paper(c, num_codes=512, dim=D, channel_last=True,
+                                                                        solver="sinkhorn", sinkhorn_tol=0.0),
     "residual, 4 x wasserstein": lambda c: ResidualQuantizer(
-        lambda: WassersteinQuantizer(num_codes=256, dim=D, channel_last=True, **c), 4),
-    MASKED: lambda c: WassersteinQuantizer(num_codes=512, dim=D, channel_last=True, **c),
-    "wasserstein, pull=None, K=8192 (the latents-per-code pull)": lambda c: WassersteinQuantizer(
-        num_codes=8192, dim=D, channel_last=True, pull=None, **c),
+        lambda: _product(c, num_codes=256, dim=D, channel_last=True), 4),
+    MASKED: lambda c: _product(c, num_codes=512, dim=D, channel_last=True),
+    "wasserstein, pull=None, K=8192 (the latents-per-code pull)": lambda c: _product(
+        c, num_codes=8192, dim=D, channel_last=True, pull=None),
     # K = 2,048 (~1,000 real latents a step: pull ~0.1): the data start fills within the 8 warm-up steps
-    MASKED_PULL: lambda c: WassersteinQuantizer(num_codes=2048, dim=D, channel_last=True, pull=None, **c),
-    "wasserstein, split_unused (codes nobody's nearest split)": lambda c: WassersteinQuantizer(
-        num_codes=512, dim=D, channel_last=True, split_unused=0.1, **c),
+    MASKED_PULL: lambda c: _product(c, num_codes=2048, dim=D, channel_last=True, pull=None),
+    "wasserstein, split_unused (codes nobody's nearest split)": lambda c: _product(
+        c, num_codes=512, dim=D, channel_last=True, split_unused=0.1),
 }
 #: the other quantizers: no update of their own to compile
 OTHERS = {
@@ -133,10 +140,9 @@ def test_the_replayed_update_moves_the_state_as_the_launched_one(name):
 
 
 def captured_graphs(q: WassersteinQuantizer) -> int:
-    """How many update graphs ``q`` holds (vqwae.fused's caches: its one-piece step, or its transport update and its
-    solver's under a mask)."""
-    caches = (type(q)._step_state.graphs, type(q)._transport_update.graphs, type(q.solver).update_state.graphs)
-    held = [c.by_object.get(o) for c, o in zip(caches, (q, q, q.solver))]
+    """How many update graphs ``q`` holds (vqwae.fused's caches: its training step's, or its solver's)."""
+    caches = (type(q)._step.graphs, type(q.solver).update_state.graphs)
+    held = [c.by_object.get(o) for c, o in zip(caches, (q, q.solver))]
     return sum(e.graph is not None for h in held if h for e in h[1].values())
 
 

@@ -77,8 +77,8 @@ def _padded(x: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("kind, options", [
     ("wasserstein", {}),
     ("wasserstein", {"pull": None}),  # the latents-per-code pull counts the real latents (21 of 33 here: 0.16)
-    ("wasserstein", {"solver": "sinkhorn"}),
-    ("wasserstein", {"codebook_update": "gradient"}),
+    ("wasserstein", {"split_unused": 0.5, "codebook_decay": 0.8}),
+    ("wasserstein", {"quantize": "transport", "learn_pi": False, "pi_init": "peaked"}),
     ("vector", {}),
     ("vector", {"ema": True}),
 ])
@@ -171,13 +171,13 @@ def test_residual_levels_quantize_what_the_previous_levels_left():
 def test_the_stacks_pull_scales_only_what_the_levels_losses_send_to_the_encoder():
     """pull weights the gradient of the levels' losses on the latents; each level's pi (and a gradient codebook)
     gets the same gradient as at pull 1, and the decoder's straight-through gradient is untouched."""
-    from vqwae.quantizers import ResidualQuantizer, WassersteinQuantizer
+    from vqwae.quantizers import PaperWassersteinQuantizer, ResidualQuantizer
 
     grads = {}
     for pull in (1.0, 0.01):
         torch.manual_seed(0)
-        rq = ResidualQuantizer(lambda: WassersteinQuantizer(num_codes=16, dim=8, channel_last=True,
-                                                            codebook_update="gradient"), 3, pull=pull).train()
+        rq = ResidualQuantizer(lambda: PaperWassersteinQuantizer(num_codes=16, dim=8, channel_last=True), 3,
+                               pull=pull).train()
         z = torch.randn(4, 10, 8, requires_grad=True)
         out = rq(z)
         out.loss.backward()
@@ -288,7 +288,7 @@ def _ddp_padding_only_worker(rank, world, port, path):
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.manual_seed(0)
-    # codebook_decay 0.5: the EMAs fill in 2 steps, so split_dead is live from step 2 on
+    # codebook_decay 0.5: the EMAs fill in 2 steps, so the split of dead cells is live from step 2 on
     q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, codebook_decay=0.5).train()
     torch.manual_seed(10 + rank)
     for step in range(4):

@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from vqwae.ot import nearest_code, squared_distances
 from vqwae.ot.cost import MIN_BLOCK, min_rows
 from vqwae.ot.semidiscrete import ascend_potential, assign, fit_potential, semi_dual_value
-from vqwae.quantizers import WassersteinQuantizer
+from vqwae.quantizers import PaperWassersteinQuantizer, WassersteinQuantizer
 
 
 def problem(n=64, g=2, k=16, d=3, seed=0, dtype=torch.float64):
@@ -97,20 +97,20 @@ def test_at_the_optimum_the_assignment_is_the_exact_transport_map_and_gradients_
     # converged semi-discrete assignment must reproduce, so the quantizer's gradients equal the exact ones.
     torch.manual_seed(0)
     n = k = 12
-    kw = dict(num_codes=k, dim=3, num_positions=2, kl_weight=0.0, codebook_update="gradient")
-    fast = WassersteinQuantizer(solver="semidiscrete", **kw).double()
-    exact = WassersteinQuantizer(solver="exact", **kw).double()
+    kw = dict(num_codes=k, dim=3, num_positions=2, kl_weight=0.0, ws_weight=1.0, channel_last=True)
+    fast = PaperWassersteinQuantizer(solver="semidiscrete", **kw).double()
+    exact = PaperWassersteinQuantizer(solver="exact", **kw).double()
     exact.load_state_dict(fast.state_dict(), strict=False)  # the same codebook and pi (solver states differ)
     flat = torch.randn(n, 2, 3, dtype=torch.float64)
     with torch.no_grad():
         fast.solver.potential.copy_(fit_potential(flat, fast.embedding, fast.pi.double(), steps=1000, lr=0.5))
         fast.solver.scale.fill_(1.0)  # g = scale * potential
-    fast.eval(), exact.eval()  # no ascent step inside wasserstein()
+    fast.eval(), exact.eval()  # no ascent step
     grads = []
     for q in (fast, exact):
         z = flat.clone().requires_grad_(True)
         q.zero_grad()
-        w = q.wasserstein(z)
+        w = q(z, compute_loss=True).losses["ws"]
         w.backward()
         grads.append((float(w.detach()), z.grad, q.embedding.grad.clone()))
     (wf, zf, cf), (we, ze, ce) = grads
@@ -180,14 +180,14 @@ class _NoDataDependentShapes(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("update, pull", [("transport", 1.0), ("gradient", 1.0), ("transport", None)])
-def test_a_masked_training_step_has_no_data_dependent_size(update, pull, monkeypatch):
+@pytest.mark.parametrize("pull", [1.0, None])
+def test_a_masked_training_step_has_no_data_dependent_size(pull, monkeypatch):
     """Padding under a mask is weighted 0 in the semidiscrete solver, not removed: the step (forward, loss,
     backward) keeps every size known on the host, a batch of padding only included; pull=None counts the real
     latents on the device."""
     monkeypatch.setattr(WassersteinQuantizer, "check_finite", staticmethod(lambda z: None))  # a CPU-only read
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, codebook_update=update, pull=pull).train()
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, pull=pull).train()
     q(torch.randn(4, 10, 8))  # the data start (reads the host once)
     for mask in (torch.rand(4, 10) > 0.3, torch.zeros(4, 10, dtype=torch.bool)):
         z = torch.randn(4, 10, 8, requires_grad=True)
@@ -195,32 +195,6 @@ def test_a_masked_training_step_has_no_data_dependent_size(update, pull, monkeyp
             out = q(z, mask)
             out.loss.backward()
         assert z.grad is not None and torch.isfinite(z.grad).all()
-
-
-def test_pull_rms_never_reads_the_host(monkeypatch):
-    """pull_rms's scale is the step's latents' mean square on the device, the padding weighted out (a mask is
-    counted, not indexed)."""
-    monkeypatch.setattr(WassersteinQuantizer, "check_finite", staticmethod(lambda z: None))  # a CPU-only read
-    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, pull_rms=0.1).train()
-    q(torch.randn(4, 10, 8))  # the data start (reads the host once)
-    for mask in (None, torch.rand(4, 10) > 0.3):
-        z = torch.randn(4, 10, 8, requires_grad=True)
-        with _NoDataDependentShapes():
-            q(z, mask).loss.backward()
-        assert z.grad is not None and torch.isfinite(z.grad).all()
-
-
-def test_the_adaptive_pull_never_reads_the_host(monkeypatch):
-    """pull_target's EMAs are fed by backward hooks and read on the device: no scalar reaches the host."""
-    monkeypatch.setattr(WassersteinQuantizer, "check_finite", staticmethod(lambda z: None))  # a CPU-only read
-    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, pull_target=0.05).train()
-    q(torch.randn(4, 10, 8))  # the data start (reads the host once)
-    for _ in range(2):
-        z = torch.randn(4, 10, 8, requires_grad=True)
-        with _NoDataDependentShapes():
-            out = q(z)
-            (out.quantized.pow(2).mean() + out.loss).backward()
-    assert (q.pull_grads > 0).all()
 
 
 def test_the_data_dependent_size_check_sees_a_masks_indexing():
@@ -231,19 +205,26 @@ def test_the_data_dependent_size_check_sees_a_masks_indexing():
         x[keep] = 0.0
 
 
-@pytest.mark.parametrize("update,pi_floor", [("transport", 0.0), ("gradient", 0.0), ("transport", 0.5)])
-@pytest.mark.parametrize("num_positions", [4, None])
-def test_semidiscrete_solver_path_never_syncs_with_the_host(num_positions, update, pi_floor):
-    q = WassersteinQuantizer(num_codes=16, dim=8, num_positions=num_positions, codebook_update=update,
-                             codebook_init="normal", pi_floor=pi_floor).train()
+SEMIDISCRETE = {"per position": lambda: WassersteinQuantizer(num_codes=16, dim=8, num_positions=4, channel_last=True),
+                "shared pi": lambda: WassersteinQuantizer(num_codes=16, dim=8, channel_last=True),
+                "paper-fast": lambda: PaperWassersteinQuantizer(num_codes=16, dim=8, num_positions=4,
+                                                                channel_last=True)}
+
+
+@pytest.mark.parametrize("name", list(SEMIDISCRETE))
+def test_semidiscrete_training_step_never_syncs_with_the_host(name, monkeypatch):
+    """After the data start, a training step (the search, the value, the potential's ascent, the transport codebook
+    or the paper's gradient codebook) and its backward never read the device from the host."""
+    q = SEMIDISCRETE[name]().train()
+    monkeypatch.setattr(type(q), "check_finite", staticmethod(lambda z: None))  # a CPU-only read
+    q(torch.randn(6, 4, 8))  # the data start (reads the host once)
     flat = torch.randn(6, 4, 8, requires_grad=True)
-    before = q.embedding.detach().clone()
+    before, potential = q.embedding.detach().clone(), q.solver.potential.clone()
     with _NoHostSync():
-        w = q.wasserstein(flat) + q.kl_to_uniform()  # assignment, value, the potential's ascent step (and the codebook's EMA)
-        w.backward()
+        q(flat).loss.backward()
     assert flat.grad is not None and q.beta.grad is not None
-    assert q.solver.potential.abs().sum() > 0  # the ascent step happened
-    if update == "gradient":
+    assert not torch.equal(q.solver.potential, potential)  # the ascent step happened
+    if isinstance(q, PaperWassersteinQuantizer):
         assert q.embedding.grad is not None
     else:
         assert q.embedding.grad is None and not torch.equal(q.embedding.detach(), before)
@@ -269,8 +250,8 @@ def test_training_balances_code_use_on_a_fixed_distribution():
     # the latents) learns a potential under which the power assignment gives the codes their shares pi_k:
     # the OT constraint that spreads the latents over the codebook.
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=16, dim=2, num_positions=1, learn_pi=False, potential_lr=0.003,
-                             codebook_init="normal", codebook_update="gradient").train()  # no optimiser: codes stay
+    q = PaperWassersteinQuantizer(num_codes=16, dim=2, num_positions=1, learn_pi=False,
+                                  codebook_init="normal").train()  # no optimiser: the codes stay
     with torch.no_grad():
         q.embedding.copy_(torch.randn(16, 2) * 0.5 + 2.0)
     x = torch.randn(20000, 1, 2)
@@ -288,8 +269,8 @@ def test_training_balances_code_use_on_a_fixed_distribution():
 
 def test_data_codebook_init_draws_codes_from_the_first_training_batch_once():
     torch.manual_seed(0)
-    kw = dict(num_codes=8, dim=4, num_positions=4, codebook_init="data", codebook_update="gradient")  # codes stay
-    q = WassersteinQuantizer(**kw)
+    kw = dict(num_codes=8, dim=4, num_positions=4, codebook_init="data")  # the paper's codebook: no optimiser, it stays
+    q = PaperWassersteinQuantizer(**kw)
     z = torch.randn(3, 4, 2, 2) * 5 + 10  # 12 latents, far from the N(0, 1) init
     q.eval()
     q(z)  # evaluation never initialises
@@ -304,13 +285,13 @@ def test_data_codebook_init_draws_codes_from_the_first_training_batch_once():
     q(torch.randn(3, 4, 2, 2))
     assert torch.equal(q.embedding.detach(), before)  # not drawn again
     # the flag travels with the state dict: a restored quantizer does not re-draw
-    r = WassersteinQuantizer(**kw)
+    r = PaperWassersteinQuantizer(**kw)
     r.load_state_dict(q.state_dict())
     r.train()(torch.randn(3, 4, 2, 2))
     assert torch.equal(r.embedding.detach(), before)
     # a checkpoint saved before codes_drawn existed loads as fully drawn
     old = {k: v for k, v in q.state_dict().items() if k != "codes_drawn"}
-    r = WassersteinQuantizer(**kw)
+    r = PaperWassersteinQuantizer(**kw)
     r.load_state_dict(old)
     assert int(r.codes_drawn) == 8
 
@@ -319,8 +300,8 @@ def test_data_codebook_init_with_fewer_latents_than_codes_draws_from_the_next_ba
     """K > N: the first batch fills the codebook with its N latents and noisy copies; each next training batch
     replaces N copies with its own latents, so after ceil(K / N) batches every code is a distinct latent."""
     torch.manual_seed(0)
-    kw = dict(num_codes=32, dim=4, num_positions=None, codebook_init="data", codebook_update="gradient")  # codes stay
-    q = WassersteinQuantizer(**kw).train()
+    kw = dict(num_codes=32, dim=4, num_positions=None, codebook_init="data")  # no optimiser: the codes stay
+    q = PaperWassersteinQuantizer(**kw).train()
     batches = [torch.randn(3, 4, 2, 2) * 5 + 10 * i for i in range(3)]  # 12 latents each, apart from each other
     flats = [q.flatten(z).reshape(-1, 4) for z in batches]
 
@@ -331,7 +312,7 @@ def test_data_codebook_init_with_fewer_latents_than_codes_draws_from_the_next_ba
     q(batches[0])
     assert torch.unique(q.embedding.detach(), dim=0).shape[0] == 32  # copies are noisy: all distinct
     assert from_batch(0)[:12].all() and int(q.codes_drawn) == 12 and not bool(q.codebook_initialized)
-    r = WassersteinQuantizer(**kw)
+    r = PaperWassersteinQuantizer(**kw)
     r.load_state_dict(q.state_dict())  # a run resumed mid-draw goes on drawing where it stopped
     for m in (q, r.train()):
         torch.manual_seed(1)  # the same draw for both
@@ -355,8 +336,10 @@ def _ddp_worker(rank, world, port, path):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     for solver in DDP_SOLVERS:
         torch.manual_seed(0)  # identical quantizers
-        q = WassersteinQuantizer(num_codes=16, dim=4, num_positions=4, codebook_init="data", solver=solver,
-                                 codebook_update="transport").train()  # the transport EMA is all-reduced
+        if solver == "semidiscrete":  # the transport codebook's EMAs are all-reduced
+            q = WassersteinQuantizer(num_codes=16, dim=4, num_positions=4).train()
+        else:
+            q = PaperWassersteinQuantizer(num_codes=16, dim=4, num_positions=4, solver=solver).train()
         torch.manual_seed(100 + rank)  # different batches per rank
         for _ in range(3):
             q(torch.randn(5, 4, 2, 2)).loss.backward()
@@ -412,18 +395,20 @@ def test_the_fields_vq_never_syncs_with_the_host_after_its_kmeans_start(monkeypa
             q(torch.randn(6, 4, 4, 8).movedim(-1, 1), mask)
 
 
-def test_splitting_a_dead_cell_never_syncs_with_the_host():
+def test_splitting_a_dead_cell_never_syncs_with_the_host(monkeypatch):
+    monkeypatch.setattr(WassersteinQuantizer, "check_finite", staticmethod(lambda z: None))  # a CPU-only read
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=16, dim=8, codebook_init="normal", codebook_decay=0.5).train()
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True, codebook_decay=0.5).train()
     data = torch.randn(512, 8)
-    with torch.no_grad():
-        q.embedding[15] = 100.0  # stranded: the transport never reaches it
+    codes = torch.randn(16, 8)
+    codes[15] = 100.0  # stranded: the transport never reaches it
+    q.set_codebook(codes)
     for _ in range(2):  # the EMAs warm up over 1 / (1 - 0.5) = 2 updates; the next one may split
-        q.wasserstein(data[torch.randint(0, 512, (64,))].view(64, 1, 8))
+        q(data[torch.randint(0, 512, (64,))].view(64, 1, 8))
     assert q.embedding[15].abs().min() == 100.0
     flat = data[:64].view(64, 1, 8).requires_grad_()
     with _NoHostSync():
-        q.wasserstein(flat).backward()
+        q(flat).loss.backward()
     assert q.embedding[15].abs().max() < 10  # split into an overloaded cell
 
 
@@ -436,8 +421,8 @@ def test_splitting_an_unused_code_never_syncs_with_the_host(monkeypatch):
     crowd[:, :8] = 0.3  # one input repeated: the codes the transport gives it are nobody's nearest but one
     for _ in range(4):
         q(crowd).loss.backward()
-    before = q.nearest_mass.clone()
+    before = q.transport.nearest_mass.clone()
     for mask in (None, torch.rand(8, 12) > 0.3):
         with _NoHostSync():
             q(crowd.clone().requires_grad_(), mask).loss.backward()
-    assert not torch.equal(q.nearest_mass, before)
+    assert not torch.equal(q.transport.nearest_mass, before)

@@ -15,8 +15,7 @@ from vqwae.models import VQAutoencoder
 from vqwae.training import TrainConfig, TrainingDiverged, train
 from vqwae.training.config import load_config_file
 
-TINY = dict(dataset="digits", train_limit=128, eval_limit=64, batch_size=32, num_codes=32, solver="sinkhorn",
-            sinkhorn_iters=5, device="cpu")
+TINY = dict(dataset="digits", train_limit=128, eval_limit=64, batch_size=32, num_codes=32, device="cpu")
 
 
 def test_run_folder_contents_and_best_model(tmp_path):
@@ -158,9 +157,9 @@ def test_train_defaults_are_the_quantizer_defaults_and_the_paper_preset_is_the_a
     kind, config = TrainConfig().quantizer_config(64)
     assert kind == "wasserstein"
     assert config == WassersteinConfig()  # every field the quantizer's own default, the shared pi included
-    _, paper = TrainConfig.resolve(preset="paper").quantizer_config(64)
-    assert (paper.solver, paper.ws_weight, paper.kl_reduction, paper.codebook_init, paper.codebook_update) == (
-        "exact", 1e-3, "mean", "normal", "gradient")
+    kind, paper = TrainConfig.resolve(preset="paper").quantizer_config(64)
+    assert kind == "paper-wasserstein" and (paper.solver, paper.ws_weight, paper.kl_reduction, paper.codebook_init,
+                                            paper.num_positions) == ("exact", 1e-3, "mean", "normal", 64)
 
 
 def test_saved_configs_that_predate_an_option_keep_the_behaviour_they_were_trained_with(tmp_path):
@@ -176,13 +175,16 @@ def test_saved_configs_that_predate_an_option_keep_the_behaviour_they_were_train
     new = TrainConfig.resolve(model="sqvae", num_codes=64, sq_temperature_decay=2e-5)
     (tmp_path / "config.json").write_text(json.dumps(new.to_dict()))
     assert read_config(tmp_path) == new
-    model = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", codebook_update="gradient")
+    model = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "paper-wasserstein")
     model.save_pretrained(tmp_path / "m")
     cfg = json.loads((tmp_path / "m" / "model_config.json").read_text())
-    del cfg["quantizer"]["codebook_update"], cfg["format_version"]  # a model_config.json of format 1
+    cfg["quantizer"].update(kind="wasserstein", pi_floor=0.0)  # a model_config.json of format 1: no codebook_update
+    del cfg["format_version"]
     (tmp_path / "m" / "model_config.json").write_text(json.dumps(cfg))
     loaded = VQAutoencoder.from_pretrained(tmp_path / "m")
-    assert loaded.quantizer.config.codebook_update == "gradient" and loaded.quantizer.embedding.requires_grad
+    assert loaded.quantizer.kind == "paper-wasserstein" and loaded.quantizer.embedding.requires_grad
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, loaded.state_dict()[k]), k
 
 
 def test_the_latents_per_code_pull_is_its_own_run_and_the_presets_pin_the_full_pull():
@@ -196,7 +198,8 @@ def test_the_latents_per_code_pull_is_its_own_run_and_the_presets_pin_the_full_p
 def test_cli_train_and_errors(tmp_path):
     out = tmp_path / "cli"
     base = [sys.executable, "-m", "vqwae", "train", "--out", str(out), "--dataset", "digits", "--train-limit", "64",
-            "--eval-limit", "32", "--num-codes", "16", "--solver", "sinkhorn", "--epochs", "1"]
+            "--eval-limit", "32", "--num-codes", "16", "--solver", "sinkhorn", "--codebook-update", "gradient",
+            "--epochs", "1"]
     r = subprocess.run(base, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert (out / "model.safetensors").exists()
@@ -245,7 +248,7 @@ def test_ddp_global_batch_gradients_equal_single_process(tmp_path):
     from vqwae.training import build_model
 
     # N(0, 1) codebook: a data start draws from rank 0's half-batch, not from the whole global batch.
-    cfg = dict(TINY, global_batch=True, solver="exact", codebook_init="normal")
+    cfg = dict(TINY, global_batch=True, solver="exact", codebook_init="normal", codebook_update="gradient")
     images = torch.rand(16, 1, 32, 32, generator=torch.Generator().manual_seed(0))
     port = 29500 + os.getpid() % 1000
     mp.start_processes(_ddp_grad_worker, args=(2, port, tmp_path, cfg, images), nprocs=2, join=True,
@@ -281,7 +284,8 @@ def _ddp_codebook_worker(rank, world, port, out, cfg):
 
 @pytest.mark.slow
 def test_ddp_training_keeps_codebooks_identical_and_matches_single_process_loss(tmp_path):
-    cfg = dict(TINY, epochs=1, max_steps=1, global_batch=True, batch_size=16, solver="exact", codebook_init="normal")
+    cfg = dict(TINY, epochs=1, max_steps=1, global_batch=True, batch_size=16, solver="exact", codebook_init="normal",
+               codebook_update="gradient")
     port = 29600 + os.getpid() % 1000
     mp.start_processes(_ddp_codebook_worker, args=(2, port, tmp_path / "ddp", cfg), nprocs=2, join=True,
                        start_method="spawn")

@@ -28,8 +28,9 @@ from vqwae.quantizers import (Quantizer, QuantizerOutput, ResidualQuantizer, bui
 class VQAutoencoder(PretrainedMixin, nn.Module):
     #: model_config.json, not config.json: in a run folder config.json is the training config.
     config_name = "model_config.json"
-    #: 1: no "format_version" key (before 2026-11-23); 2: versioned, quantizer configs of the current format.
-    format_version = 2
+    #: 1: no "format_version" key (before 2026-11-23); 2: versioned; 3: VQ-WAE as two quantizers (issue #56:
+    #: ``upgrade_quantizer_config`` reads the earlier ones).
+    format_version = 3
 
     def __init__(self, encoder: nn.Module, quantizer: Quantizer, decoder: nn.Module, network_config: NetworkConfig | None = None):
         super().__init__()
@@ -107,11 +108,11 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
         if qcfg.get("kind") == ResidualQuantizer.kind:
             enc, dec = build_networks(network)
             rq = ResidualQuantizer.from_config_dict(
-                qcfg, lambda kind, options: build_quantizer(kind, **upgrade_quantizer_config(kind, options, version)))
+                qcfg, lambda kind, options: _build_saved(kind, options, version))
             return cls(enc, rq, dec, network)
-        kind = qcfg.pop("kind")
+        kind, options = upgrade_quantizer_config(qcfg.pop("kind"), qcfg, version)
         # The construction order (networks, then quantizer) is from_config's: the same seed gives the same model.
-        return cls.from_config(network, kind, **upgrade_quantizer_config(kind, qcfg, version))
+        return cls.from_config(network, kind, **options)
 
     def _check_loaded(self, missing: list[str], unexpected: list[str], where: Path) -> None:
         """Buffers added by a later vqwae (solver state) keep their initial values, with a warning; missing
@@ -123,3 +124,9 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
                              f"unexpected {unexpected[:5]}")
         if missing:
             warnings.warn(f"{where} predates buffers {missing}; they keep their initial values", stacklevel=3)
+
+
+def _build_saved(kind: str, options: dict, version: int) -> Quantizer:
+    """A quantizer from its saved config of format ``version`` (``upgrade_quantizer_config``)."""
+    kind, options = upgrade_quantizer_config(kind, options, version)
+    return build_quantizer(kind, **options)

@@ -5,7 +5,7 @@ from vqwae.ot.cost import nearest_code, squared_distances, transport_cost
 from vqwae.ot.dual import DualSolver, KantorovichPotential, semi_dual
 from vqwae.ot.exact import ExactSolver, exact_plans
 from vqwae.ot.histogram import code_histogram, perplexity_from_counts
-from vqwae.ot.semidiscrete import (SemiDiscreteSolver, ascend_potential, assign, assignment_mass,
+from vqwae.ot.semidiscrete import (Assignment, SemiDiscreteSolver, ascend_potential, assign, assignment_mass,
                                    default_potential_lr, fit_potential, semi_dual_value)
 from vqwae.ot.sinkhorn import SinkhornResult, SinkhornSolver, entropic_ot_value, sinkhorn_log
 from vqwae.ot.transport import Solver, Transport
@@ -14,16 +14,12 @@ SOLVERS = {"semidiscrete": SemiDiscreteSolver, "exact": ExactSolver, "sinkhorn":
 
 
 def build_solver(config, groups: int) -> Solver:
-    """The solver named by ``config.solver`` with its options from ``config`` (a WassersteinConfig), for
+    """The solver named by ``config.solver`` with its options from ``config`` (a PaperWassersteinConfig), for
     ``groups`` groups (positions, or 1 when pi is shared)."""
     common = dict(groups=groups, num_codes=config.num_codes, shared=config.num_positions is None,
                   global_batch=config.global_batch)
     if config.solver == "semidiscrete":
-        return SemiDiscreteSolver(**common, potential_lr=config.potential_lr, pooling=config.potential_pooling,
-                                  potential_steps=config.potential_steps,
-                                  scale_decay=config.scale_decay, chunk_entries=config.chunk_entries,
-                                  compile_update=config.compile_update,
-                                  graph_update=config.graph_update)
+        return SemiDiscreteSolver(**common)
     if config.solver == "sinkhorn":
         return SinkhornSolver(**common, epsilon=config.epsilon, iterations=config.sinkhorn_iters,
                               tol=config.sinkhorn_tol, warm_start=config.warm_start)
@@ -39,5 +35,5 @@ __all__ = [
     "nearest_code", "squared_distances", "transport_cost", "exact_plans", "sinkhorn_log", "SinkhornResult",
     "entropic_ot_value", "semi_dual", "KantorovichPotential", "assign", "assignment_mass", "ascend_potential",
     "semi_dual_value", "fit_potential", "default_potential_lr", "code_histogram", "perplexity_from_counts", "Solver",
-    "Transport", "SemiDiscreteSolver", "ExactSolver", "SinkhornSolver", "DualSolver", "SOLVERS", "build_solver",
+    "Transport", "Assignment", "SemiDiscreteSolver", "ExactSolver", "SinkhornSolver", "DualSolver", "SOLVERS", "build_solver",
 ]

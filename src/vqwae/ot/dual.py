@@ -93,15 +93,10 @@ class DualSolver(Solver):
         self.epsilon, self.iterations = epsilon, iterations
         self.phi = KantorovichPotential(groups, dim, hidden, lr)
 
-    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None, keep=None) -> Transport:
+    def forward(self, flat, codebook, log_pi, *, update) -> Transport:
         x = positions_as_groups(flat, self.shared)  # (G, N, D)
         cost = squared_distances(x, codebook)  # (G, N, K), differentiable
         eps = self.epsilon * cost.detach().mean()
         if update:
             self.phi.ascend(cost, log_pi, codebook, eps, self.iterations, reduce=self.all_reduce_mean)
-        phi = self.phi(codebook)
-        plan = None
-        if want_plan:  # the semi-dual's primal plan: P_ik = softmax_k(log pi_k + (phi_k - C_ik) / eps) / N
-            with torch.no_grad():
-                plan = torch.softmax(log_pi.unsqueeze(1) + (phi.unsqueeze(1) - cost) / eps, dim=-1) / cost.shape[1]
-        return Transport(value=semi_dual(cost, log_pi, phi, eps).sum(), x=x.detach(), plan=plan)
+        return Transport(value=semi_dual(cost, log_pi, self.phi(codebook), eps).sum())

@@ -49,8 +49,8 @@ def exact_plans(cost: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torc
 class ExactSolver(Solver):
     """The exact plan per group (POT's network simplex); its transport cost is the WS term."""
 
-    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None, keep=None) -> Transport:
+    def forward(self, flat, codebook, log_pi, *, update) -> Transport:
         x = positions_as_groups(flat, self.shared)  # (G, N, D)
         with torch.no_grad():
             plan, v = exact_plans(squared_distances(x.detach(), codebook.detach()), log_pi.exp())
-        return Transport(value=plan_value(plan, v, x, codebook, log_pi), x=x.detach(), plan=plan)
+        return Transport(value=plan_value(plan, v, x, codebook, log_pi), plan=plan)

@@ -23,12 +23,14 @@ The solver keeps g as a buffer across training steps (a warm start, one row per 
 
 :class:`SemiDiscreteSolver` is that per-step procedure as a module: it holds g (``potential``, in units of
 ``scale``, an EMA of the quantization error, so that g follows the latents' scale as the encoder rescales them;
-g = scale * potential in cost units) and exposes ``search`` for the shared nearest-code / transport assignment.
+g = scale * potential in cost units) and exposes ``assign_batch`` for the shared nearest-code / transport assignment.
 
 Per step this costs one extra pass over the (N, K) distance matrix (argmin of C - g) and O(N D) work:
 no exponentials, no plan, no (G, N, K) tensor kept for the backward.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -40,6 +42,10 @@ from vqwae.ot.transport import Solver, Transport, keep_by_group, latents_by_grou
 
 # Largest number of (latent, code) entries materialised at once (64 MiB of float32), whatever K and N.
 CHUNK_ENTRIES = 1 << 24
+#: The weight of the potential's component shared by the positions (one pi per position; ``ascend_potential``).
+POOLING = 4.0
+#: The EMA decay of the cost scale (the batch's quantization error) that g is measured in.
+SCALE_DECAY = 0.9
 
 
 def default_potential_lr(shared: bool) -> float:
@@ -242,24 +248,25 @@ def fit_potential(
     return pot
 
 
+class Assignment(NamedTuple):
+    """One search of a batch's latents x (N, G, D) (``SemiDiscreteSolver.assign_batch``)."""
+
+    nearest: torch.Tensor  # (N, G) each latent's nearest code
+    assigned: torch.Tensor  # (N, G) its code under the transport map argmin_k ||x - c_k||^2 - g_k
+    min_sum: torch.Tensor  # () sum over the real latents of min_k ||c_k||^2 - 2 x.c_k (``mean_error`` makes the error)
+    potential: torch.Tensor  # (G, K) the potential g the map used, in cost units
+
+
 class SemiDiscreteSolver(Solver):
-    """The semi-discrete semi-dual with a warm-started per-group potential g (see the module docstring)."""
+    """The semi-discrete semi-dual with a warm-started per-group potential g (see the module docstring). Its step
+    size is ``default_potential_lr``, its pooling POOLING and its scale's decay SCALE_DECAY; ``chunk_entries``,
+    ``compile_update`` and ``graph_update`` are runtime settings (``vqwae.fused``), not saved."""
 
-    shares_search = True
-    weighs_latents = True
-    value_reads_codebook = False  # the squared error saves z - c_a for its backward, not the codebook
-
-    def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False, *,
-                 potential_lr: float | None = None, pooling: float = 4.0, scale_decay: float = 0.9,
-                 chunk_entries: int = CHUNK_ENTRIES, potential_steps: int = 1, compile_update: bool = False,
-                 graph_update: bool = True):
+    def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False):
         super().__init__(groups, num_codes, shared, global_batch)
-        self.compile_update = compile_update  # the per-step update through torch.compile (vqwae.fused)
-        self.graph_update = graph_update  # on CUDA, the per-step update replayed as a CUDA graph (vqwae.fused)
-        potential_lr = default_potential_lr(shared) if potential_lr is None else potential_lr
-        self.potential_lr, self.pooling, self.scale_decay, self.chunk_entries = (potential_lr, pooling, scale_decay,
-                                                                                  chunk_entries)
-        self.potential_steps = potential_steps
+        self.compile_update, self.graph_update = False, True  # the per-step update's runtime (vqwae.fused)
+        self.chunk_entries = CHUNK_ENTRIES
+        self.potential_lr = default_potential_lr(shared)
         self.register_buffer("potential", torch.zeros(groups, num_codes))  # g / scale
         self.register_buffer("scale", torch.zeros(()))  # EMA of the quantization error (0: not yet set)
 
@@ -268,70 +275,44 @@ class SemiDiscreteSolver(Solver):
         return self.scale * self.potential
 
     @torch.no_grad()
-    def assign_batch(self, x: torch.Tensor, codebook: torch.Tensor, keep: torch.Tensor | None = None):
+    def assign_batch(self, x: torch.Tensor, codebook: torch.Tensor, keep: torch.Tensor | None = None) -> Assignment:
         """The batch's codes under the current potential from ONE distance computation: x (N, G, D), the codebook
-        (K, D), ``keep`` (N, G) bool the real latents. Returns nearest (N, G), assigned (N, G) (the transport map),
-        min_sum (``assign_codes``: the quantization error with ``mean_error``) and the potential g (G, K) it used."""
+        (K, D), ``keep`` (N, G) bool the real latents."""
         g = self.code_potential()
         nearest, assigned, min_sum = assign_codes(x, codebook, g, self.chunk_entries, keep)
-        return nearest, assigned, min_sum, g
+        return Assignment(nearest, assigned, min_sum, g)
 
-    @torch.no_grad()
-    def search(self, flat: torch.Tensor, codebook: torch.Tensor, keep: torch.Tensor | None = None):
-        """Nearest codes (B, M) and this step's transport assignment from ONE distance computation; ``keep``
-        (B, M) bool marks the real latents (every latent is quantized, the real ones set the cost scale)."""
-        nearest, assigned, min_sum, g = self.assign_batch(latents_by_group(flat.detach(), self.shared),
-                                                          codebook.detach(), keep_by_group(keep, self.shared))
-        return nearest.view(flat.shape[:2]), (assigned, min_sum, g, nearest)
-
-    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None, keep=None) -> Transport:
-        """As ``Solver.forward``; ``keep`` (B, M) bool: only the real latents enter the value, the potential's
-        step and the mass (the others are weighted 0, not removed: no host read)."""
+    def forward(self, flat, codebook, log_pi, *, update: bool, assignment: Assignment | None = None) -> Transport:
+        """As ``Solver.forward``: the batch's semi-dual at the current potential, then (``update``) one ascent step.
+        ``assignment``: the batch's search (``assign_batch``) when the caller has made it already."""
         xg = latents_by_group(flat, self.shared)  # (N, G, D)
-        kg = keep_by_group(keep, self.shared)  # (N, G) or None
         x = xg.detach()
-        if search is None:
-            nearest, assigned, min_sum, g = self.assign_batch(x, codebook.detach(), kg)
-        else:  # this step's search, with the potential it assigned by
-            assigned, min_sum, g, nearest = search
+        nearest, assigned, min_sum, g = self.assign_batch(x, codebook.detach()) if assignment is None else assignment
+        value = semi_dual_value(xg, codebook, assigned, g, log_pi)
         if update:
-            assigned, g = self.inner_steps(x, codebook.detach(), kg, assigned, min_sum, g, log_pi.detach())
-        value = semi_dual_value(xg, codebook, assigned, g, log_pi, kg)
-        counts = self.update_state(x, assigned, kg, min_sum, log_pi.detach(), True) if update else None
-        return Transport(value=value, x=x, assigned=assigned, counts=counts, keep=kg, nearest=nearest)
-
-    def inner_steps(self, x: torch.Tensor, codebook: torch.Tensor, keep: torch.Tensor | None, assigned: torch.Tensor,
-                    min_sum: torch.Tensor, g: torch.Tensor, log_pi: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """potential_steps > 1, in training: step g, re-assign the batch to it, step again (potential_steps - 1
-        times; one distance pass each), so that the plan that moves the codebook and the WS value come from a
-        potential nearer the batch's optimum. Returns the last assignment (N, G) and the potential (G, K) it used
-        (the arguments themselves with one step)."""
-        for _ in range(self.potential_steps - 1):
-            self.update_state(x, assigned, keep, min_sum, log_pi, False)
-            _, assigned, _, g = self.assign_batch(x, codebook, keep)
-        return assigned, g
+            self.update_state(x, assigned, None, min_sum, log_pi.detach())
+        return Transport(value=value, assigned=assigned, nearest=nearest)
 
     @fused_update
     def update_state(self, x: torch.Tensor, assigned: torch.Tensor, keep: torch.Tensor | None, min_sum: torch.Tensor,
-                     log_pi: torch.Tensor, scale: bool) -> torch.Tensor:
+                     log_pi: torch.Tensor) -> torch.Tensor:
         """The training step's update of the solver's state from the batch's latents x (N, G, D) and assignment
-        (N, G): one ascent step on the potential with the mass the assignment sends to each code (``_ascend``;
-        ``scale`` as there), with the batch's quantization error from ``min_sum`` (``assign_codes``). Returns the
-        counts (G, K) of that assignment, this rank's (what the transport codebook's update needs)."""
+        (N, G): one ascent step on the potential with the mass the assignment sends to each code (``_ascend``),
+        with the batch's quantization error from ``min_sum`` (``assign_codes``). Returns the counts (G, K) of that
+        assignment, this rank's (what the transport codebook's update needs)."""
         counts = assignment_counts(assigned, assigned.shape[1], self.num_codes, keep=keep)
         # latents per group: a host-known size, or without one (a mask) their count as a tensor
         count = assigned.shape[0] if keep is None else keep.sum() / keep.shape[1]
         self._ascend(_as_mass(counts, assigned.shape[0], keep), mean_error(min_sum, x, keep), log_pi.exp(),
-                     count=count, scale=scale)
+                     count=count)
         return counts
 
     @torch.no_grad()
-    def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor, count: int | torch.Tensor,
-                scale: bool = True) -> None:
-        """One stochastic ascent step on the (normalised) potential, and (``scale``) the EMA of the cost scale,
-        from this step's ``count`` latents per group (a tensor under a mask). Under DDP with per-rank batches the
-        mass and the scale are averaged over ranks weighted by their latents (one small all-reduce), so a rank
-        holding only padding takes part without moving anything; a step with no latents anywhere changes nothing."""
+    def _ascend(self, mass: torch.Tensor, quant_err: torch.Tensor, pi: torch.Tensor, count: int | torch.Tensor) -> None:
+        """One stochastic ascent step on the (normalised) potential, and the EMA of the cost scale, from this step's
+        ``count`` latents per group (a tensor under a mask). Under DDP with per-rank batches the mass and the scale
+        are averaged over ranks weighted by their latents (one small all-reduce), so a rank holding only padding takes
+        part without moving anything; a step with no latents anywhere changes nothing."""
         err = quant_err.detach().reshape(()).to(pi.dtype)
         g, k = mass.shape
         step: torch.Tensor | float = self.potential_lr
@@ -348,11 +329,9 @@ class SemiDiscreteSolver(Solver):
             step = torch.where(live, step, 0.0)
         elif count == 0:  # a host-known size: nothing to learn from
             return
-        ascend_potential(self.potential, None, pi, step, self.pooling, mass=mass)
-        if not scale:  # an inner step of potential_steps: the batch's error enters the scale's EMA once
-            return
+        ascend_potential(self.potential, None, pi, step, POOLING, mass=mass)
         # First step: the scale starts at this batch's error (no sync: torch.where on device).
-        ema = self.scale * self.scale_decay + err * (1 - self.scale_decay)
+        ema = self.scale * SCALE_DECAY + err * (1 - SCALE_DECAY)
         scale = torch.where(self.scale > 0, ema, err)
         self.scale.copy_(scale if live is None else torch.where(live, scale, self.scale))
 
@@ -367,7 +346,7 @@ class SemiDiscreteSolver(Solver):
         if not self.scale > 0:  # never stepped: the cost scale from these latents (a host read, once)
             self.scale.copy_(assign(x[:batch], codebook, None, self.chunk_entries)[2])
         g = fit_potential(x, codebook, pi, steps, lr, potential=self.code_potential(), batch=batch,
-                          generator=generator, pooling=self.pooling)
+                          generator=generator, pooling=POOLING)
         self.potential.copy_(g / self.scale)
 
     @torch.no_grad()

@@ -84,7 +84,7 @@ class SinkhornSolver(Solver):
         self.epsilon, self.iterations, self.tol, self.warm_start = epsilon, iterations, tol, warm_start
         self.register_buffer("potential", torch.zeros(groups, num_codes))  # code-side g, absolute cost units
 
-    def forward(self, flat, codebook, log_pi, *, update, want_plan, search=None, keep=None) -> Transport:
+    def forward(self, flat, codebook, log_pi, *, update) -> Transport:
         x = positions_as_groups(flat, self.shared)  # (G, N, D)
         with torch.no_grad():
             cost = squared_distances(x.detach(), codebook.detach())
@@ -94,7 +94,7 @@ class SinkhornSolver(Solver):
             plan, v = res.plan, res.g - res.g.mean(-1, keepdim=True)
             if update and self.warm_start:  # the ranks' mean under DDP: every rank warm-starts alike
                 self.potential.copy_(self.all_reduce_mean(res.g.clone()))
-        return Transport(value=plan_value(plan, v, x, codebook, log_pi), x=x.detach(), plan=plan)
+        return Transport(value=plan_value(plan, v, x, codebook, log_pi), plan=plan)
 
     @torch.no_grad()
     def reset(self) -> None:

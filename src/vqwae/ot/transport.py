@@ -5,9 +5,9 @@ positions when pi is shared), the Wasserstein distance between the group's N lat
 codebook weighted by pi^g. A solver is a small module holding its own state (a warm-started potential, a
 potential network) and is called once per training step:
 
-    transport = solver(flat, codebook, log_pi, update=model.training, want_plan=...)
+    transport = solver(flat, codebook, log_pi, update=model.training)
     transport.value          # sum_g W^g estimate, differentiable w.r.t. latents, codebook and log_pi
-    transport.plan / .assigned   # where the latents go: what the codebook's transport update needs
+    transport.plan / .assigned   # where the latents go
 """
 from __future__ import annotations
 
@@ -26,12 +26,9 @@ class Transport:
     """One step's optimal transport between the latents and the weighted codebook."""
 
     value: torch.Tensor  # () sum over groups of the W estimate, differentiable
-    x: torch.Tensor  # the latents (detached) in the layout of `plan` or `assigned`
-    plan: torch.Tensor | None = None  # (G, N, K) for x (G, N, D); rows sum to 1/N
-    assigned: torch.Tensor | None = None  # (N, G) code of each latent of x (N, G, D) under the transport map
-    counts: torch.Tensor | None = None  # (G, K) with `assigned`, in training: each group's latents per code (this rank's)
-    keep: torch.Tensor | None = None  # (N, G) bool with `assigned`: the real latents (None: all of them)
-    nearest: torch.Tensor | None = None  # (N, G) with `assigned` (semidiscrete): each latent's nearest code
+    plan: torch.Tensor | None = None  # (G, N, K) for the latents as (G, N, D) groups; rows sum to 1/N (exact, sinkhorn)
+    assigned: torch.Tensor | None = None  # (N, G) each latent's code under the transport map (semidiscrete)
+    nearest: torch.Tensor | None = None  # (N, G) each latent's nearest code, from the same search (semidiscrete)
 
 
 def positions_as_groups(flat: torch.Tensor, shared: bool) -> torch.Tensor:
@@ -63,14 +60,6 @@ def plan_value(plan: torch.Tensor, potential: torch.Tensor, x: torch.Tensor, cod
 class Solver(nn.Module):
     """Base class of the OT solvers; subclasses implement ``forward`` and, if they keep state, ``reset``."""
 
-    #: True when ``search`` gives the nearest codes and the transport assignment from one distance computation.
-    shares_search = False
-    #: True when ``search`` and ``forward`` take ``keep``, a (B, M) bool mask of the real latents, and weight the
-    #: latents by it (padding gets weight 0) instead of being handed ``flat[keep]``, whose size is a host read.
-    weighs_latents = False
-    #: False when the value's backward reads no codeword (so the codebook may be updated in place before it)
-    value_reads_codebook = True
-
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False):
         super().__init__()
         self.groups, self.num_codes, self.shared, self.global_batch = groups, num_codes, shared, global_batch
@@ -86,12 +75,9 @@ class Solver(nn.Module):
             t /= dist.get_world_size()
         return t
 
-    def forward(self, flat: torch.Tensor, codebook: torch.Tensor, log_pi: torch.Tensor, *, update: bool,
-                want_plan: bool, search=None, keep=None) -> Transport:
-        """Latents flat (B, M, D), codebook (K, D), log_pi (G, K). ``update``: take this step's ascent on the
-        solver's state. ``want_plan``: the caller needs where the mass goes (the transport codebook update).
-        ``search`` (with ``shares_search``) and ``keep`` (with ``weighs_latents``) are given only to the solvers
-        that declare them; the others receive None."""
+    def forward(self, flat: torch.Tensor, codebook: torch.Tensor, log_pi: torch.Tensor, *, update: bool) -> Transport:
+        """Latents flat (B, M, D), codebook (K, D), log_pi (G, K); ``update``: take this step's ascent on the
+        solver's state (training)."""
         raise NotImplementedError
 
     @torch.no_grad()

@@ -66,10 +66,17 @@ class Quantizer(nn.Module):
     #: As a level of a ``ResidualQuantizer``: the weight of this quantizer's loss on the encoder (the stack's
     #: default ``pull``). 1: the commitment at full weight, as SoundStream and ResidualVQ train.
     residual_pull: float = 1.0
+    #: appended to the error for an unknown option: where such options live instead
+    _options_elsewhere: str = ""
 
     def __init__(self, config=None, **options):
         super().__init__()
         if config is None:
+            valid = [f.name for f in dataclasses.fields(self.config_class)]
+            unknown = sorted(set(options) - set(valid))
+            if unknown:
+                raise TypeError(f"{type(self).__name__} has no option {', '.join(map(repr, unknown))}; valid: "
+                                f"{', '.join(valid)}{self._options_elsewhere}")
             config = self.config_class(**options)
         elif not isinstance(config, self.config_class):
             raise TypeError(f"{type(self).__name__} takes a {self.config_class.__name__}, got {type(config).__name__}")
@@ -151,15 +158,16 @@ class Quantizer(nn.Module):
         return tuple(z.shape[1:-1] if self.config.channel_last else z.shape[2:])
 
     def flatten(self, z: torch.Tensor) -> torch.Tensor:
-        """Latents of either layout -> (B, M, D) float32, M = the number of positions (row-major)."""
+        """Latents of either layout -> (B, M, D) in the codebook's dtype (float32 unless the quantizer was made
+        double), M = the number of positions (row-major)."""
         b = z.shape[0]
-        z = z.float()
+        z = z.to(self.codebook.dtype)
         return (z if self.config.channel_last else z.movedim(1, -1)).reshape(b, -1, self.dim)
 
     def nearest(self, flat: torch.Tensor) -> torch.Tensor:
         """(B, M, D) -> (B, M) indices of the nearest codewords."""
         b, m, d = flat.shape
-        return nearest_code(flat.detach().reshape(b * m, d), self.codebook.detach().float()).view(b, m)
+        return nearest_code(flat.detach().reshape(b * m, d), self.codebook.detach()).view(b, m)
 
     def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
         """(B, *positions) long -> the codewords in the input's layout, equal to ``quantized`` at eval time (values

@@ -1,6 +1,13 @@
-"""VQ-WAE's options: ``WassersteinOptions`` (a training config's ``vqwae`` section, one line per option with its
-default and help) and ``WassersteinConfig`` (those options with the codebook's sizes), from which the quantizer
-(``vqwae.quantizers.wasserstein``), the command line and config files derive."""
+"""VQ-WAE's options, declared once, from which the two quantizers, the command line and config files derive:
+
+* ``WassersteinConfig``: the product quantizer's (``WassersteinQuantizer``): the codebook's shape and 8 options.
+* ``PaperWassersteinConfig``: the reference quantizer's (``PaperWassersteinQuantizer``): the paper's forms.
+* ``VQWAEOptions``: a training config's ``vqwae`` section, the union of both, plus ``codebook_update`` (which of
+  the two quantizers a run trains) and the training-time settings a saved model does not carry (``fit_steps``,
+  ``chunk_entries``, ``compile_update``, ``graph_update``).
+* ``RETIRED``: the options removed when the product quantizer was cut to a dozen (issue #56), with the one value
+  every run of today's code holds, so that run identities (the reproduction's cache keys) made before are kept.
+"""
 from __future__ import annotations
 
 import math
@@ -8,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from vqwae.options import WHERE, check_fields, option
+from vqwae.options import SCHEDULE, WHERE, check_fields, option
 from vqwae.ot import SOLVERS as SOLVER_CLASSES
-from vqwae.ot.semidiscrete import CHUNK_ENTRIES, default_potential_lr
+from vqwae.ot.semidiscrete import CHUNK_ENTRIES
 from vqwae.quantizers.base import LatentShape
 
 SOLVERS = tuple(SOLVER_CLASSES)
@@ -47,23 +54,51 @@ def latents_per_code_pull(latents: int | torch.Tensor, num_codes: int) -> float 
 
 
 @dataclass(frozen=True)
-class WassersteinOptions:
-    """VQ-WAE's options (a training config's ``vqwae`` section); the sizes come from ``CodebookShape``."""
+class _SharedOptions:
+    """The options both quantizers read: the loss's weights and pi."""
 
-    solver: str = option("semidiscrete", "vqwae: the OT solver for the WS term", choices=SOLVERS)
     ws_weight: float = option(3e-3, "vqwae: lambda, on sum_m W^m (the paper, --preset paper: 1e-3; "
                               "BENCHMARKS.md section 5 measures both)", min=0)
     kl_weight: float | None = option(None, "vqwae: lambda_r, on sum_m KL(pi^m || U_K); None: "
                                      f"{default_kl_weight(shared=False)} with one pi per position (the paper), "
                                      f"{default_kl_weight(shared=True)} with a shared pi (BENCHMARKS.md 8d, 8i, 8k)",
                                      min=0)
-    kl_reduction: str = option("sum", "vqwae: KL over codes: sum (the paper) or mean (/K, the authors' code)",
-                               choices=("sum", "mean"))
     pi_init: str = option("uniform", "vqwae: initial pi (peaked, gaussian: the controllability ablation)",
                           choices=PI_INITS)
     learn_pi: bool = option(True, "vqwae: learn pi (--fixed-pi keeps its initial value)", negative="fixed-pi")
-    pi_floor: float = option(0.0, "vqwae: a, pi = (1 - a) softmax(beta) + a / K: every code keeps at least a / K of "
-                             "the mass (0: the paper)", min=0, below=1)
+    quantize: str = option("nearest", "vqwae: the code each latent is replaced by: nearest, or transport (the "
+                           "semidiscrete solver's map argmin ||z - c_k||^2 - g_k, whose usage follows pi)",
+                           choices=QUANTIZE)
+
+
+@dataclass(frozen=True)
+class WassersteinOptions(_SharedOptions):
+    """The product quantizer's method options (its config adds the codebook's shape and ``num_positions``)."""
+
+    pull: float | None = option(1.0, "vqwae: the scale of the gradient the WS term sends to the latents (the "
+                                "encoder's pull toward the codes; the codebook and pi learn at full weight); None: "
+                                "from the step's latents per code r = n / K, 1 from r = 4, 0.1 from r = 1 down "
+                                "(better on CIFAR-10 at K >= 2,048, worse on MNIST: BENCHMARKS.md 43; not the default)",
+                                min=0, max=1)
+    codebook_decay: float = option(0.99, "vqwae: EMA decay of the transported counts and sums that place each code",
+                                   min=0, below=1)
+    split_unused: float = option(0.0, "vqwae, learned pi: a code that is the nearest code of less than this fraction "
+                                 "of its share pi_k moves to split the nearest-code cell with the largest error: for "
+                                 "crowds of identical latents such as a sequence's blank tokens (0: never; the "
+                                 "sequence recipe: BENCHMARKS.md section 46)", min=0, below=1)
+
+    def __post_init__(self):
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class PaperOptions(_SharedOptions):
+    """The reference quantizer's method options: the paper's solvers, codebook start and KL reduction."""
+
+    solver: str = option("semidiscrete", "vqwae: the OT solver for the WS term (the paper's: exact, per position; "
+                         "sinkhorn and dual, its entropic forms)", choices=SOLVERS)
+    kl_reduction: str = option("sum", "vqwae: KL over codes: sum (the paper) or mean (/K, the authors' code)",
+                               choices=("sum", "mean"))
     epsilon: float = option(0.05, "vqwae sinkhorn / dual: entropic regularisation, relative to the batch's mean cost",
                             min=0)
     sinkhorn_iters: int = option(50, "vqwae sinkhorn: iteration cap", min=1)
@@ -75,97 +110,108 @@ class WassersteinOptions:
     phi_hidden: int = option(64, "vqwae dual: hidden width of each potential MLP", min=1)
     global_batch: bool = option(False, "vqwae under DDP: solve the OT over the latents of all ranks",
                                 negative="local-batch")
-    potential_lr: float | None = option(None, "vqwae semidiscrete: ascent step on g per step (cost-scale units, x K); "
-                                        f"None: {default_potential_lr(shared=False)} with one pi per position, "
-                                        f"{default_potential_lr(shared=True)} with a shared pi (BENCHMARKS.md 8g)",
-                                        min=0)
-    potential_steps: int = option(1, "vqwae semidiscrete: ascent steps on the potential per training batch, each "
-                                  "re-assigning the batch to the stepped potential (1: one step, the shipped solver)",
-                                  min=1)
-    potential_pooling: float = option(4.0, "vqwae semidiscrete: weight of the potential's component shared by "
-                                      "positions", min=0)
-    scale_decay: float = option(0.9, "vqwae semidiscrete: EMA decay of the cost scale (the quantization error)",
-                                min=0, below=1)
-    pull: float | None = option(1.0, "vqwae: the scale of the gradient the WS term sends to the latents (the "
-                                "encoder's pull toward the codes; the codebook and pi learn at full weight); None: "
-                                "from the step's latents per code r = n / K, 1 from r = 4, 0.1 from r = 1 down "
-                                "(better on CIFAR-10 at K >= 2,048, worse on MNIST: BENCHMARKS.md 43; not the default)",
-                                min=0, max=1)
-    pull_target: float = option(0.0, "vqwae: > 0: the pull adapts, each step, so that the WS gradient on the latents "
-                                "is at most this fraction of the decoder's (EMAs of both norms; 0: a fixed pull)",
-                                min=0)
-    pull_rms: float = option(0.0, "vqwae: > 0: the pull is also x (pull_rms / rms)^2, within [0.1, 1], rms the root "
-                             "mean square of the step's real latents: the quantizer is scale-equivariant, so latents "
-                             "c times larger get a WS gradient c times larger and a decoder's c times smaller; this "
-                             "holds their ratio at what it is at RMS pull_rms, down to a tenth (0: off)", min=0)
     codebook_init: str = option("data", "vqwae: codebook start: data (K latents of the first training batches) or "
                                 "normal (N(0, 1), the authors)", choices=CODEBOOK_INITS)
-    codebook_update: str = option("transport", "vqwae: transport (each code moves to an EMA of the latents the OT "
-                                  "plan sends it) or gradient (the optimiser steps it on the WS term: the paper)",
-                                  choices=CODEBOOK_UPDATES)
-    codebook_decay: float = option(0.99, "vqwae, transport codebook: EMA decay of the transported counts and sums",
-                                   min=0, below=1)
-    split_dead: float = option(0.1, "vqwae semidiscrete, transport codebook: a code whose transported share falls "
-                               "below this fraction of pi_k takes half of the most overloaded cell (0: never; "
-                               "BENCHMARKS.md section 13)", min=0, below=1)
-    split_unused: float = option(0.0, "vqwae semidiscrete, transport codebook, learned pi: a code that is the "
-                                 "nearest code of less than this fraction of its share pi_k (EMAs) moves to split the "
-                                 "nearest-code cell with the largest summed error, and its pi goes to the most used "
-                                 "nearest code of the latents the transport sent it: for a crowd of near-identical "
-                                 "latents (0: never; not the default: BENCHMARKS.md section 46)", min=0, below=1)
-    quantize: str = option("nearest", "vqwae: the code each latent is replaced by: nearest, or transport (semidiscrete: "
-                           "the solver's map argmin ||z - c_k||^2 - g_k, whose usage follows pi)", choices=QUANTIZE)
-    fit_steps: int = option(0, "vqwae semidiscrete: when training ends, ascent steps that solve the transport map's "
-                            "potential on the training latents with the network held still (0: none; vqwae train "
-                            "does it to the saved weights: BENCHMARKS.md section 29)", min=0)
-    compile_update: bool = option(False, "vqwae: run the quantizer's own no-grad work per training step (the search, "
-                                  "the potential's ascent, the transport codebook, the split) through torch.compile "
-                                  "(2-15 s of compilation; on an H100 slower than graph_update: BENCHMARKS.md 40)",
-                                  role=WHERE)
-    graph_update: bool = option(True, "vqwae on a CUDA device: replay that no-grad work as a CUDA graph captured at its "
-                                "second step, one launch instead of ~110: a GPU step at 0.97-1.03x VQ-VAE's "
-                                "(vqwae.fused; not under DDP; BENCHMARKS.md section 40)", role=WHERE)
-    chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
-                                min=1)
 
     def __post_init__(self):
         check_fields(self)
         if self.quantize == "transport" and self.solver != "semidiscrete":
             raise ValueError(f"quantize='transport' needs solver='semidiscrete' (the map of its potential), got "
                              f"solver={self.solver!r}")
+        if self.solver == "sinkhorn" and not self.epsilon > 0:
+            raise ValueError(f"solver='sinkhorn' needs epsilon > 0, got {self.epsilon}")
+
+
+def _num_positions():
+    return option(None, "M = H*W: one pi per latent position (the paper); None: one pi shared by all, any number of "
+                  "positions", min=1)
+
+
+@dataclass(frozen=True)
+class WassersteinConfig(WassersteinOptions, LatentShape):
+    """Everything a ``WassersteinQuantizer`` is built from: 12 options."""
+
+    num_positions: int | None = _num_positions()
+
+    def __post_init__(self):
+        LatentShape.__post_init__(self)
+        WassersteinOptions.__post_init__(self)  # checks every field, num_positions included
+
+
+@dataclass(frozen=True)
+class PaperWassersteinConfig(PaperOptions, LatentShape):
+    """Everything a ``PaperWassersteinQuantizer`` is built from."""
+
+    num_positions: int | None = _num_positions()
+
+    def __post_init__(self):
+        LatentShape.__post_init__(self)
+        PaperOptions.__post_init__(self)
+
+
+#: The options removed from VQ-WAE by issue #56, each with the value every run of today's code has: a run's identity
+#: still holds them at it (``VQWAEOptions.retired``), so that the reproduction's cache keys made before are found.
+#: Their findings are in BENCHMARKS.md with the commit that removed them. None: the option was left out of a run's
+#: identity at the value every run has (pull_target, pull_rms, potential_steps), so nothing is added for it.
+RETIRED = {"pi_floor": 0.0, "potential_lr": None, "potential_pooling": 4.0, "scale_decay": 0.9, "split_dead": 0.1}
+RETIRED_UNREAD = ("pull_target", "pull_rms", "potential_steps")
+
+
+@dataclass(frozen=True)
+class VQWAEOptions(PaperOptions, WassersteinOptions):
+    """A training config's ``vqwae`` section: both quantizers' options, which of them a run trains, and the settings
+    of training itself (a saved model carries none of the last four)."""
+
+    codebook_update: str = option("transport", "vqwae: transport (WassersteinQuantizer: each code moves to an EMA of "
+                                  "the latents the OT map sends it) or gradient (PaperWassersteinQuantizer: the "
+                                  "optimiser steps it on the WS term, the paper)", choices=CODEBOOK_UPDATES)
+    fit_steps: int = option(0, "vqwae semidiscrete: when training ends, ascent steps that solve the transport map's "
+                            "potential on the training latents with the network held still (0: none; BENCHMARKS.md "
+                            "section 29; a schedule: a finished run resumed with it fits its saved weights)", min=0,
+                            role=SCHEDULE)
+    compile_update: bool = option(False, "vqwae: run the quantizer's own no-grad work per training step through "
+                                  "torch.compile (2-15 s of compilation; on an H100 slower than graph_update: "
+                                  "BENCHMARKS.md 40)", role=WHERE)
+    graph_update: bool = option(True, "vqwae on a CUDA device: replay that no-grad work as a CUDA graph, one launch "
+                                "instead of ~110 (vqwae.fused; not under DDP; BENCHMARKS.md section 40)", role=WHERE)
+    chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
+                                min=1)
+
+    def __post_init__(self):
+        PaperOptions.__post_init__(self)
         if self.fit_steps and self.solver != "semidiscrete":
             raise ValueError(f"fit_steps needs solver='semidiscrete' (it fits that solver's potential), got "
                              f"solver={self.solver!r}")
+        # each option belongs to one of the two quantizers: set away from its default on the other, it is an error
+        product = dict(pull=1.0, codebook_decay=0.99, split_unused=0.0)
+        paper = dict(solver="semidiscrete", kl_reduction="sum", global_batch=False, codebook_init="data")
+        wrong = {k: v for k, v in (paper if self.product else product).items() if getattr(self, k) != v}
+        if wrong:
+            name, value = next(iter(wrong.items()))
+            owner, other = (("the paper's quantizer", "gradient") if self.product else ("WassersteinQuantizer",
+                                                                                       "transport"))
+            raise ValueError(f"{name}={value!r} is an option of {owner} (codebook_update={other!r}), but "
+                             f"codebook_update={self.codebook_update!r}")
 
     @property
-    def splits_dead_cells(self) -> bool:
-        """Whether split_dead acts: it splits the transport codebook's EMAs and the semidiscrete potential."""
-        return bool(self.split_dead) and self._moves_codes_by_transport_map
+    def product(self) -> bool:
+        """Whether these options train ``WassersteinQuantizer`` (else ``PaperWassersteinQuantizer``)."""
+        return self.codebook_update == "transport"
 
-    @property
-    def _moves_codes_by_transport_map(self) -> bool:
-        """The transport codebook under the semidiscrete solver's map: what both splits act on."""
-        return (self.codebook_update, self.solver) == ("transport", "semidiscrete")
-
-    @property
-    def splits_unused_cells(self) -> bool:
-        """Whether split_unused acts (with a fixed pi a code nobody's nearest is the user's choice, and stays)."""
-        return bool(self.split_unused) and self.learn_pi and self._moves_codes_by_transport_map
+    def quantizer_config(self, num_codes: int, dim: int, num_positions: int | None):
+        """The registry name and config of the quantizer these options train."""
+        cls, kind = (WassersteinConfig, "wasserstein") if self.product else (PaperWassersteinConfig, "paper-wasserstein")
+        values = {k: getattr(self, k) for k in cls.__dataclass_fields__ if hasattr(self, k)}
+        return kind, cls(**{**values, "num_codes": num_codes, "dim": dim, "num_positions": num_positions})
 
     def unread(self) -> tuple[str, ...]:
         """The options this configuration never reads, or holds at the value that does what vqwae did before the
         option existed (a run's identity leaves them out, so that adding one does not change the identity of
         runs it cannot affect)."""
-        unread = () if self.splits_dead_cells else ("split_dead",)
-        if self.potential_steps == 1:
-            unread += ("potential_steps",)
-        if self.pull == 1:
+        unread = ()
+        if self.pull == 1 or not self.product:
             unread += ("pull",)
-        if not self.pull_target:
-            unread += ("pull_target",)
-        if not self.pull_rms:
-            unread += ("pull_rms",)
-        if not self.splits_unused_cells:
+        if not (self.split_unused and self.learn_pi and self.product):
             unread += ("split_unused",)
         if self.quantize == "nearest":
             unread += ("quantize",)
@@ -173,14 +219,12 @@ class WassersteinOptions:
             unread += ("fit_steps",)
         return unread
 
+    def retired(self) -> dict:
+        """The retired options a run's identity holds (``RETIRED``), at their value: split_dead only where it acted
+        (the transport codebook)."""
+        return {k: v for k, v in RETIRED.items() if k != "split_dead" or self.product}
 
-@dataclass(frozen=True)
-class WassersteinConfig(WassersteinOptions, LatentShape):
-    """Everything a ``WassersteinQuantizer`` is built from."""
-
-    num_positions: int | None = option(None, "M = H*W: one pi per latent position (the paper); None: one pi shared "
-                                       "by all, any number of positions", min=1)
-
-    def __post_init__(self):
-        LatentShape.__post_init__(self)
-        WassersteinOptions.__post_init__(self)  # checks every field, num_positions included
+    def runtime(self) -> dict:
+        """The settings of training a quantizer takes at run time and a saved model does not carry."""
+        return dict(chunk_entries=self.chunk_entries, compile_update=self.compile_update,
+                    graph_update=self.graph_update)

@@ -3,7 +3,7 @@
     TrainConfig
     ├── model        vqwae | vqvae | sqvae
     ├── quantizer    num_codes, dim, shared_pi, and one section per method:
-    │   ├── vqwae    WassersteinOptions  (vqwae.quantizers.wasserstein_options)
+    │   ├── vqwae    VQWAEOptions        (vqwae.quantizers.wasserstein_options: both VQ-WAE quantizers)
     │   ├── vqvae    VectorOptions       (vqwae.quantizers.vector)
     │   └── sqvae    StochasticOptions   (vqwae.quantizers.stochastic)
     ├── network      NetworkOptions      (vqwae.models.networks: the paper's networks or VQGAN's)
@@ -33,7 +33,9 @@ from vqwae.data.options import DataOptions
 from vqwae.models.networks import NetworkConfig, NetworkOptions
 from vqwae.options import SCHEDULE, WHERE, check_fields, from_flat, identity, option, section, to_flat, to_nested
 from vqwae.quantizers import (CodebookShape, StochasticConfig, StochasticOptions, VectorConfig, VectorOptions,
-                              WassersteinConfig, WassersteinOptions, upgrade_quantizer_config)
+                              VQWAEOptions)
+from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT
+from vqwae.quantizers.wasserstein_options import RETIRED, RETIRED_UNREAD
 from vqwae.quantizers.stochastic import initial_log_var
 from vqwae.training.adversarial import AdversarialOptions
 
@@ -41,13 +43,16 @@ MODELS = ("vqwae", "vqvae", "sqvae")
 PRECISIONS = ("fp32", "bf16", "fp16")
 LOGGERS = ("none", "tensorboard")
 #: Version of the config.json layout. 1: flat keys, no "format_version" (every run before 2026-11-23);
-#: 2: the nested sections below.
-FORMAT_VERSION = 2
+#: 2: the nested sections below; 3: without the options issue #56 retired (``RETIRED``).
+FORMAT_VERSION = 3
+#: The layout version a run's identity (``TrainConfig.identity``, the reproduction's cache key) names: format 3 only
+#: dropped retired options, which the identity keeps, so identities stay those of format 2.
+IDENTITY_VERSION = 2
 
 # Named bundles of settings, by flat option name. "paper" is the authors' configuration exactly as their code
 # runs it.
 _PAPER = dict(solver="exact", shared_pi=False, ws_weight=1e-3, kl_weight=1.0, kl_reduction="mean", pi_init="uniform",
-              learn_pi=True, pi_floor=0.0, codebook_init="normal", codebook_update="gradient", pull=1.0,
+              learn_pi=True, codebook_init="normal", codebook_update="gradient", pull=1.0,
               lr=1e-3, batch_size=32, epochs=100)
 PRESETS: dict[str, dict] = {
     "paper": _PAPER,
@@ -79,7 +84,7 @@ class QuantizerOptions(CodebookShape):
     shared_pi: bool = option(True, "vqwae: one pi for all positions (the authors' 'global' variant, the drop-in "
                              "quantizer's default); --per-position-pi: one pi per latent position (the paper's, "
                              "--preset paper; BENCHMARKS.md section 34)", negative="per-position-pi")
-    vqwae: WassersteinOptions = section(WassersteinOptions)
+    vqwae: VQWAEOptions = section(VQWAEOptions)
     vqvae: VectorOptions = section(VectorOptions)
     sqvae: StochasticOptions = section(StochasticOptions)
 
@@ -160,10 +165,20 @@ class TrainConfig:
         other methods, which have no transport map)."""
         return self.quantizer.vqwae.fit_steps if self.model == "vqwae" else 0
 
+    @property
+    def quantizer_runtime(self) -> dict:
+        """The settings a VQ-WAE quantizer takes at run time, not saved with it (``set_runtime``)."""
+        return self.quantizer.vqwae.runtime() if self.model == "vqwae" else {}
+
     def identity(self) -> dict:
         """What this run trains (nested, with the config layout's version, as config.json): every option but the
-        WHERE ones (``vqwae.options``) and the unread."""
-        return {"format_version": FORMAT_VERSION, **identity(self, self.unread())}
+        WHERE ones (``vqwae.options``) and the unread, and a VQ-WAE run's retired options at the value every run had
+        (``VQWAEOptions.retired``). The version stays at 2, the layout's when issue #56 retired them: the identities
+        of earlier runs, the reproduction's cache keys, are unchanged."""
+        nested = identity(self, self.unread())
+        if self.model == "vqwae":
+            nested["quantizer"]["vqwae"].update(self.quantizer.vqwae.retired())
+        return {"format_version": IDENTITY_VERSION, **nested}
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
@@ -171,12 +186,17 @@ class TrainConfig:
                 **overrides) -> "TrainConfig":
         """defaults < preset < config file < overrides (flat option names; None values are ignored)."""
         cfg = cls()
+        values = load_config_file(config_file) if config_file is not None else {}
+        in_file = values.pop("preset", values.pop("run.preset", None))  # a file's preset applies, as --preset's
+        if in_file is not None and preset is not None and in_file != preset:
+            raise ValueError(f"--preset {preset} and config file {config_file}'s preset {in_file!r} disagree")
+        preset = preset if preset is not None else in_file
         if preset is not None:
             if preset not in PRESETS:
                 raise ValueError(f"unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
             cfg = from_flat(cls, dict(PRESETS[preset], preset=preset), base=cfg)
-        if config_file is not None:
-            cfg = from_flat(cls, load_config_file(config_file), base=cfg, where=f"config file {config_file}")
+        if values:
+            cfg = from_flat(cls, values, base=cfg, where=f"config file {config_file}")
         return from_flat(cls, {k: v for k, v in overrides.items() if v is not None}, base=cfg)
 
     @classmethod
@@ -191,13 +211,13 @@ class TrainConfig:
         if version == 1:  # flat keys; a key the file lacks takes the behaviour of its time
             flat = dict(values)
             if flat.get("model", "vqwae") == "vqwae":
-                flat = upgrade_quantizer_config("wasserstein", flat, version)
-            return from_flat(cls, flat, where="config.json")
-        if version != FORMAT_VERSION:
+                flat = {**_FORMAT_1_IMPLICIT["wasserstein"], **flat}
+        elif version in (2, FORMAT_VERSION):
+            flat = _flatten_paths({k: v for k, v in values.items() if k != "format_version"})
+        else:
             raise ValueError(f"config.json has format_version {version}; this vqwae reads 1 to {FORMAT_VERSION} "
                              "(a newer vqwae wrote it?)")
-        nested = {k: v for k, v in values.items() if k != "format_version"}
-        return from_flat(cls, _flatten_paths(nested), where="config.json")
+        return from_flat(cls, _without_retired(flat), where="config.json")
 
     def to_dict(self) -> dict:
         """What RUN_DIR/config.json stores: the nested sections and the format version."""
@@ -233,14 +253,29 @@ class TrainConfig:
         q = self.quantizer
         shape = dict(num_codes=q.num_codes, dim=q.dim)
         if self.model == "vqwae":
-            positions = None if q.shared_pi else latent_positions
-            return "wasserstein", WassersteinConfig(**dataclasses.asdict(q.vqwae), **shape, num_positions=positions)
+            return q.vqwae.quantizer_config(q.num_codes, q.dim, None if q.shared_pi else latent_positions)
         if self.model == "vqvae":
             return "vector", VectorConfig(**dataclasses.asdict(q.vqvae), **shape)
         sq = q.sqvae
         if sq.log_var_init is None:
             sq = dataclasses.replace(sq, log_var_init=initial_log_var(self.data.dataset))
         return "stochastic", StochasticConfig(**dataclasses.asdict(sq), **shape)
+
+
+def _without_retired(flat: dict) -> dict:
+    """A saved config's options without those issue #56 retired (at the value it kept for them; another value is an
+    error naming the option: the run cannot be trained as it was)."""
+    out = {}
+    for key, value in flat.items():
+        name = key.rsplit(".", 1)[-1]
+        if name in RETIRED or name in RETIRED_UNREAD:
+            kept = RETIRED.get(name, {"pull_target": 0.0, "pull_rms": 0.0, "potential_steps": 1}.get(name))
+            if value != kept:
+                raise ValueError(f"config.json sets {name}={value!r}, an option vqwae removed (issue #56; it keeps "
+                                 f"{kept!r}): train this run with vqwae at commit c3f1090")
+            continue
+        out[key] = value
+    return out
 
 
 def _flatten_paths(nested: dict, prefix: str = "") -> dict:

@@ -83,7 +83,10 @@ def build_model(cfg: TrainConfig, channels: int, image_size: int) -> VQAutoencod
     net = cfg.network_config(channels, image_size)
     kind, qcfg = cfg.quantizer_config(latent_positions=net.latent_side(image_size) ** 2)
     encoder, decoder = build_networks(net)
-    return VQAutoencoder(encoder, build_quantizer(kind, qcfg), decoder, net)
+    quantizer = build_quantizer(kind, qcfg)
+    if cfg.quantizer_runtime:
+        quantizer.set_runtime(**cfg.quantizer_runtime)
+    return VQAutoencoder(encoder, quantizer, decoder, net)
 
 
 def epoch_batches(n: int, batch_size: int, epoch: int, seed: int, rank: int, world: int) -> list[list[int]]:
@@ -395,6 +398,7 @@ class _Training:
         if not folder.fit_pending(self.run_dir, steps):
             return
         model = VQAutoencoder.from_pretrained(self.run_dir).to(self.device)
+        model.quantizer.set_runtime(**self.cfg.quantizer_runtime)
         z, n = fit_latents(model, self.splits.train, self.device)
         result = model.quantizer.fit_transport(z, steps, generator=torch.Generator(self.device).manual_seed(
             self.cfg.run.seed))
