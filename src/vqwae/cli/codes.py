@@ -26,7 +26,7 @@ def encode_command(
     out: Path = Opt(..., "--out", parser=nonempty_path,
                     help="The codes file to write (safetensors: indices, labels, metadata)."),
     split: str | None = Opt(None, help="train | val | test (default test): the split of the run's data set."),
-    limit: int | None = Opt(None, help="The first N images only (default: the run's train / eval limit)."),
+    limit: int | None = Opt(None, help="The first N images only (default: train and val as the run trained on them; all of test)."),
     images: list[Path] | None = Opt(None, "--images", help="Encode these image files / folders (recursive) "
                                                             "instead of a split; repeat for several."),
     batch_size: int = Opt(256, help="Images per batch."),

@@ -66,7 +66,7 @@ def _dataset(source: Path, model: VQAutoencoder, *, split: str, limit: int | Non
         raise FileNotFoundError(f"{source} is a model folder, not a run (no {layout.CONFIG}): it knows no data "
                                 "set; give the images with --images")
     cfg = layout.read_config(source)
-    if limit is None:  # the split as the run defined it (as `vqwae prior train RUN` reads it)
+    if limit is None and split != "test":  # train and val as the run trained on them (and `prior train` reads them)
         limit = cfg.data.train_limit if split == "train" else cfg.data.eval_limit
     try:
         ds, info = layout.load_run_split(source, split, limit=limit, data_root=data_root, cfg=cfg)
@@ -113,8 +113,9 @@ def encode_to_file(source: PathLike, out: PathLike, *, split: str = "test", limi
                    data_root: str | None = None, num_workers: int = 0, progress: bool = False,
                    force: bool = False) -> tuple[Path, CodesMeta, int]:
     """Encode a split of a run's data (or ``images``: files and folders) with the model in ``source`` and write
-    the codes file ``out`` (rank 0 under torchrun). ``limit``: the first N images (None: the split as the run
-    defined it, its train_limit or eval_limit, as ``vqwae prior train`` reads it). Returns (the file, its metadata, the number of items).
+    the codes file ``out`` (rank 0 under torchrun). ``limit``: the first N images (None: train and val as the run
+    trained on them, its train_limit / eval_limit, as ``vqwae prior train`` reads them; the whole test split, as
+    ``vqwae eval`` reads it). Returns (the file, its metadata, the number of items).
     An existing ``out`` is replaced only with ``force``."""
     source, out = Path(source), Path(out)
     if out.exists() and not force:

@@ -109,11 +109,26 @@ def load_state(path: Path) -> dict:
     return state
 
 
+#: What makes a run itself, compared between a state.pt and its folder's config.json: its seed and precision,
+#: its data, its network, and its codebook's kind and shape (a later Python resume may tune the optimiser or the
+#: quantizer's method options, e.g. add fit_steps; the command line refuses those anyway, ``resume_config``).
+_IDENTITY_SECTIONS = ("run", "data", "network")
+_IDENTITY_PATHS = (("model",), ("quantizer", "num_codes"), ("quantizer", "dim"), ("quantizer", "shared_pi"))
+
+
+def identity_options() -> frozenset[str]:
+    """The flat names of the options that identify a run (see ``_IDENTITY_SECTIONS``), WHAT options only."""
+    from vqwae.options import WHAT, leaves
+    from vqwae.training.config import TrainConfig
+
+    return frozenset(leaf.flat for leaf in leaves(TrainConfig) if leaf.role == WHAT and (
+        leaf.path[0] in _IDENTITY_SECTIONS or tuple(leaf.path) in _IDENTITY_PATHS))
+
+
 def check_same_run(state: dict, path: Path) -> None:
     """That the state in ``path`` is its run folder's own: the configuration it was saved with and the folder's
-    config.json agree on every option but the schedule and where the run goes (what a resume may change). A
-    state.pt copied from another run (another seed, K, dataset...) is refused, naming what differs."""
-    from vqwae.options import SCHEDULE, WHERE, names_with_role
+    config.json agree on what identifies the run (:func:`identity_options`: seed, data, network, codebook). A
+    state.pt copied from another run (another seed, data set, K...) is refused, naming what differs."""
     from vqwae.training.config import TrainConfig
     from vqwae.training.folder import CONFIG
 
@@ -129,9 +144,7 @@ def check_same_run(state: dict, path: Path) -> None:
     except Exception as e:
         raise ValueError(f"cannot resume: the configuration stored in {path} is unreadable ({e}); it was not "
                          "written by this run") from None
-    free = names_with_role(TrainConfig, SCHEDULE, WHERE)
-    differ = sorted(k for k in set(run_cfg) | set(state_cfg)
-                    if k not in free and run_cfg.get(k) != state_cfg.get(k))
+    differ = sorted(k for k in identity_options() if run_cfg.get(k) != state_cfg.get(k))
     if differ:
         shown = ", ".join(f"{k} {state_cfg.get(k)!r} (the run: {run_cfg.get(k)!r})" for k in differ[:3])
         raise ValueError(f"cannot resume: {path} belongs to another run: {shown}"
