@@ -10,10 +10,9 @@ configuration means the same thing in every table, and a change of the quantizer
 
 A configuration is (the quantizer's registry kind, its options, its runtime settings). The paper's solvers
 (``exact``, ``sinkhorn``, ``dual``) and the gradient-trained codebook are ``PaperWassersteinQuantizer``'s forms
-(kind ``"paper-wasserstein"``); where that class does not exist yet (the code before issue #56), they are
-``WassersteinQuantizer`` options, as they were when BENCHMARKS.md's tables of 2026-11-21 were measured (then the
-paper's solvers ran with the transport codebook update, the default of the time). Runtime settings
-(``graph_update``, ``compile_update``) are ``set_runtime`` calls where the quantizer has it, options otherwise.
+(kind ``"paper-wasserstein"``); BENCHMARKS.md's tables of 2026-11-21 measured them, before issue #56 (commit
+c3f1090), as ``WassersteinQuantizer`` options with the transport codebook update, the default of the time. Runtime
+settings (``graph_update``, ``compile_update``) are ``set_runtime`` calls.
 
 The scripts import it as ``from common import ...``: Python puts a script's own folder first on the path.
 """
@@ -44,47 +43,24 @@ CONFIGURATIONS: dict[str, tuple[str, dict, dict, str]] = {
 }
 
 
-def has_paper_quantizer() -> bool:
-    """Whether this checkout has ``PaperWassersteinQuantizer`` (issue #56's split of the paper's forms)."""
-    return "paper-wasserstein" in quantizers.QUANTIZERS
-
-
 def resolve(name: str) -> tuple[str, dict, dict]:
-    """(kind, options, runtime) of a configuration for this checkout's quantizers."""
+    """(kind, options, runtime) of a configuration."""
     if name not in CONFIGURATIONS:
         raise SystemExit(f"error: unknown configuration {name!r}; choose from {', '.join(CONFIGURATIONS)}")
     kind, options, runtime, _ = CONFIGURATIONS[name]
-    options, runtime = dict(options), dict(runtime)
-    if kind == "paper-wasserstein" and not has_paper_quantizer():
-        kind = "wasserstein"  # the code before issue #56: the paper's forms were WassersteinQuantizer's options
-        if name == "semidiscrete-gradient":
-            options["codebook_update"] = "gradient"
-    return kind, options, runtime
+    return kind, dict(options), dict(runtime)
 
 
 def set_runtime(quantizer: torch.nn.Module, runtime: dict) -> None:
     """Apply runtime settings (``graph_update``, ``compile_update``) to a built quantizer."""
-    if not runtime:
-        return
-    if not hasattr(quantizer, "set_runtime"):
-        raise SystemExit(f"error: {type(quantizer).__name__} takes {', '.join(runtime)} as options here; "
-                         "build it through build_quantizer / build_autoencoder")
-    quantizer.set_runtime(**runtime)
-
-
-def _with_runtime(options: dict, runtime: dict, kind: str) -> tuple[dict, dict]:
-    """Before issue #56 runtime settings were constructor options: merge them there when no set_runtime exists."""
-    cls = quantizers.QUANTIZERS[kind]
-    if runtime and not hasattr(cls, "set_runtime"):
-        return {**options, **runtime}, {}
-    return options, runtime
+    if runtime:
+        quantizer.set_runtime(**runtime)
 
 
 def build_quantizer(name: str, num_codes: int, dim: int, **shape) -> torch.nn.Module:
     """The named configuration as a quantizer; ``shape``: ``num_positions``, ``channel_last``."""
     kind, options, runtime = resolve(name)
-    options, runtime = _with_runtime({**options, **shape}, runtime, kind)
-    q = quantizers.build_quantizer(kind, num_codes=num_codes, dim=dim, **options)
+    q = quantizers.build_quantizer(kind, num_codes=num_codes, dim=dim, **options, **shape)
     set_runtime(q, runtime)
     return q
 
@@ -94,8 +70,7 @@ def build_autoencoder(name: str, network, num_codes: int, **shape):
     from vqwae.models import VQAutoencoder
 
     kind, options, runtime = resolve(name)
-    options, runtime = _with_runtime({**options, **shape}, runtime, kind)
-    model = VQAutoencoder.from_config(network, kind, num_codes=num_codes, **options)
+    model = VQAutoencoder.from_config(network, kind, num_codes=num_codes, **options, **shape)
     set_runtime(model.quantizer, runtime)
     return model
 

@@ -16,7 +16,7 @@ mask where it has padding, so one adapter serves every quantizer in every host. 
 the same host weights and sees the same batches, interleaved (load hits them alike); each draws its own random
 numbers (``OwnRandomness``). Every ``--eval-every`` steps: test MSE (over real patches), test perplexity and codes
 used (one histogram over all real test latents; the residual host: each level's, and their minimum), and for
-VQ-WAE the transport diagnostics of ``transport_diagnostics`` (goal 3 of issue #34). In the ``sequence`` host
+VQ-WAE the transport diagnostics of ``vqwae.quantizers.diagnostics`` (goal 3 of issue #34). In the ``sequence`` host
 also the perplexity of the codes of blank patches (how many codes one input spreads over) and of the others;
 its metadata holds the blank share of the real test tokens and the perplexity bound it sets (``blank_bound``).
 
@@ -55,8 +55,7 @@ from vqwae.data import load_splits  # noqa: E402
 from vqwae.metrics.usage import CodeUsage  # noqa: E402
 from vqwae.models import NetworkConfig  # noqa: E402
 from vqwae.models.networks import build_networks  # noqa: E402
-from vqwae.ot.semidiscrete import semi_dual_value  # noqa: E402
-from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer  # noqa: E402
+from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer, diagnostics  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SIDE, PATCH = 32, 4  # images are 32x32; the sequence host's tokens are 4x4 patches
@@ -282,58 +281,6 @@ class Model(nn.Module):
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
-@torch.no_grad()
-def transport_diagnostics(q: WassersteinQuantizer, tokens: torch.Tensor, *, batch: int = 16384,
-                          generator: torch.Generator | None = None) -> dict:
-    """How far the WS term the quantizer trains on is from the paper's (issue #34, goal 3), on real test latents
-    tokens (N, D) (shared pi) or (N, M, D) (one pi per position):
-
-    * tv_cells: the total variation between pi and the mass of the solver's transport cells (its current potential)
-      over all the given latents (averaged over positions), and tv_floor: the same for N latents drawn exactly
-      from pi (the sampling floor); goal: tv_cells <= 2 tv_floor;
-    * tv_nearest: the same for the nearest code (what the decoder receives);
-    * w_ratio: on ``batch`` held-out latents, the solver's W estimate (the batch semi-dual at its potential, a
-      lower bound of the batch's exact W) over exact OT's W (POT's network simplex) between those latents and the
-      pi-weighted codebook (shared pi; per position, each position's test latents); goal: >= 0.95. Exact OT on
-      N latents over-fits them when N is not >> K (its optimum spreads each latent over K / N codes), so the
-      ratio is only measured for K <= 2,048 and reads low when N / K is small (per position: 2,000 / 512);
-    * cells_disagree: the fraction of latents whose transport code is not their nearest."""
-    import ot
-
-    if q.config.solver != "semidiscrete":
-        return {}
-    shared = q.config.num_positions is None
-    flat = tokens.reshape(-1, 1, q.dim) if shared else tokens  # (N, G, D)
-    nearest, (assigned, *_) = q.solver.search(flat, q.embedding)
-    pi = q.pi.double()  # (G, K)
-    g, k = pi.shape
-    n = flat.shape[0]
-
-    def tv(indices):  # (N, G) -> mean over groups of TV(histogram, pi)
-        onehot = torch.zeros(g, k, dtype=torch.float64).scatter_add_(
-            1, indices.t().contiguous(), torch.ones(g, n, dtype=torch.float64))
-        return float(0.5 * (onehot / n - pi).abs().sum(-1).mean())
-
-    draws = torch.multinomial(pi.float(), n, replacement=True, generator=generator).t()  # (N, G) exact draws
-    c = q.embedding.double()
-    emd2 = lambda a, b, cost: float(ot.emd2(a, b, cost, numItermax=10**7))  # noqa: E731
-    w_exact = h = None
-    if k > 2048:
-        pass
-    elif shared:
-        idx = torch.randperm(n, generator=generator)[:batch]
-        x = flat[idx, 0].double()
-        w_exact = emd2(torch.full((len(x),), 1 / len(x), dtype=torch.float64), pi[0], torch.cdist(x, c) ** 2)
-        h = semi_dual_value(x[:, None].float(), q.embedding, assigned[idx], q.solver.code_potential(), q.log_pi())
-    else:  # every position: its test latents against its pi
-        x = flat.double()
-        w_exact = sum(emd2(torch.full((n,), 1 / n, dtype=torch.float64), pi[m], torch.cdist(x[:, m], c) ** 2)
-                      for m in range(g))
-        h = semi_dual_value(flat, q.embedding, assigned, q.solver.code_potential(), q.log_pi())
-    return dict(tv_cells=tv(assigned), tv_nearest=tv(nearest), tv_floor=tv(draws),
-                w_ratio=None if h is None else float(h) / w_exact, cells_disagree=float((nearest != assigned).float().mean()))
-
-
 def _wasserstein_levels(quantizer: nn.Module) -> list:
     q = quantizer.q
     if isinstance(q, WassersteinQuantizer):
@@ -382,9 +329,9 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
         gen = torch.Generator().manual_seed(seed)
         level = levels[0] if real.device.type == "cpu" else copy.deepcopy(levels[0]).cpu()  # POT runs on the CPU
         real = real.cpu()
-        diag = transport_diagnostics(level, real.reshape(-1, real.shape[-1]) if real.dim() == 2 else real,
-                                     generator=gen)
-        row.update(diag)
+        # (tokens, 1, D) with a mask's real latents only: the quantizer's channel-last layout
+        diag = diagnostics(level, real[:, None] if real.dim() == 2 else real, generator=gen)
+        row.update({k: getattr(diag, k) for k in ("tv_cells", "tv_nearest", "tv_floor", "w_ratio", "cells_disagree")})
     return row
 
 
@@ -400,7 +347,7 @@ def main():
     ap.add_argument("--num-codes", type=int, default=512)
     ap.add_argument("--models", default=None, help="comma-separated (default: every quantizer of the host)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
-                    help="an extra VQ-WAE with some options changed, e.g. 'pl 0.01:potential_lr=0.01' "
+                    help="an extra VQ-WAE with some options changed, e.g. 'cd 0.95:codebook_decay=0.95' "
                          "('per-position' in the label: one pi per position; labelled 'VQ-WAE', it replaces the default "
                          "and draws its random numbers: a paired comparison with the default's own run)")
     ap.add_argument("--seed", type=int, default=0)

@@ -37,8 +37,7 @@ from vqwae.data import load_splits
 from vqwae.metrics.usage import CodeUsage
 from vqwae.models import NetworkConfig, VQAutoencoder
 from vqwae.models.networks import build_networks
-from vqwae.ot.semidiscrete import mean_error
-from vqwae.quantizers import QuantizerOutput, WassersteinQuantizer, build_quantizer
+from vqwae.quantizers import PaperWassersteinQuantizer, QuantizerOutput, WassersteinQuantizer, build_quantizer, diagnostics
 from vqwae.training.config import TrainConfig
 
 HERE = Path(__file__).resolve().parent
@@ -105,7 +104,9 @@ class PeerFSQ(_Peer):
 
 def _paper_preset() -> dict:
     """The quantizer options of `vqwae train --preset paper` (the authors' configuration), from the preset."""
-    return dataclasses.asdict(TrainConfig.resolve(preset="paper").quantizer.vqwae)
+    _, config = TrainConfig.resolve(preset="paper").quantizer.vqwae.quantizer_config(512, 64, None)
+    shape = ("num_codes", "dim", "channel_last", "num_positions")
+    return {k: v for k, v in dataclasses.asdict(config).items() if k not in shape}
 
 
 # FSQ levels per codebook size: the FSQ paper's recommendations (Mentzer et al. 2023, Table 1) where it gives
@@ -126,14 +127,14 @@ QUANTIZERS = {
     "FSQ": ("fsq", {}),  # levels by --num-codes (FSQ_LEVELS)
     "VQ-VAE": ("vector", {}),
     "VQ-WAE default": ("wasserstein", {}),
-    "VQ-WAE paper preset": ("wasserstein", _paper_preset()),
-    "VQ-WAE sinkhorn": ("wasserstein", dict(solver="sinkhorn")),
-    "VQ-WAE exact": ("wasserstein", dict(solver="exact")),
-    "VQ-WAE dual": ("wasserstein", dict(solver="dual")),
+    "VQ-WAE paper preset": ("paper-wasserstein", _paper_preset()),
+    "VQ-WAE sinkhorn": ("paper-wasserstein", dict(solver="sinkhorn")),
+    "VQ-WAE exact": ("paper-wasserstein", dict(solver="exact")),
+    "VQ-WAE dual": ("paper-wasserstein", dict(solver="dual")),
     "without ws_weight 3e-3 (1e-3)": ("wasserstein", dict(ws_weight=1e-3)),
     "with codebook_decay 0.95": ("wasserstein", dict(codebook_decay=0.95)),
-    "without transport update (gradient)": ("wasserstein", dict(codebook_update="gradient")),
-    "without data start (normal init)": ("wasserstein", dict(codebook_init="normal")),
+    "without transport update (gradient)": ("paper-wasserstein", dict(codebook_init="data")),
+    "without transport update and data start": ("paper-wasserstein", dict(codebook_init="normal")),
 }
 
 
@@ -218,45 +219,14 @@ def evaluate(model, test_x: torch.Tensor, batch: int = 500) -> dict:
         x_hat = model.decoder(out.quantized)
         usage.update(out.indices)
         se += float(((x_hat.clamp(0, 1) - x) ** 2).mean()) * len(x)
-        if isinstance(model.quantizer, WassersteinQuantizer):
-            latents.append(model.quantizer.flatten(z))
+        if isinstance(model.quantizer, (WassersteinQuantizer, PaperWassersteinQuantizer)):
+            latents.append(z)
     model.train()
-    extra = cell_diagnostics(model.quantizer, torch.cat(latents)) if latents else {}
+    extra = {}
+    if latents:  # where the transport cells stand (vqwae.quantizers.diagnostics; the exact W is the hosts' job)
+        d = diagnostics(model.quantizer, torch.cat(latents), exact=False)
+        extra = dict(tv_cells=d.tv_cells, tv_floor=d.tv_floor, cells_disagree=d.cells_disagree)
     return {"perplexity": usage.perplexity, "codes_used": usage.codes_used, "mse": se / len(test_x), **extra}
-
-
-@torch.no_grad()
-def cell_diagnostics(q: WassersteinQuantizer, flat: torch.Tensor) -> dict:
-    """Where VQ-WAE's codebook sits relative to the cells it quantizes, on test latents (N, M, D):
-
-    * distortion_nearest: mean ||z - c_nearest(z)||^2, what the decoder receives (the Voronoi cells);
-    * distortion_transport: mean ||z - c_a(z)||^2 under the solver's transport assignment a (the power cells
-      that pi and the potential g define, which the WS term and the transport codebook update see);
-    * cells_disagree: the fraction of latents whose transport code is not their nearest code;
-    * lloyd_gap: (1/N) sum_k n_k ||c_k - mu_k||^2 with mu_k the centroid of code k's nearest cell: how much
-      the nearest-code distortion would fall if every code moved to its cell's centroid (a Lloyd step), as a
-      fraction of distortion_nearest;
-    * pi_perplexity: exp(H(pi)) averaged over positions, and pi_min_k: K min_k pi_k (1 = uniform).
-    Only for the semidiscrete solver (the others keep no potential that defines the cells between steps)."""
-    if q.config.solver != "semidiscrete":
-        return {}
-    nearest, (assigned, min_sum, *_) = q.solver.search(flat, q.embedding)
-    d_near = mean_error(min_sum, flat.reshape(-1, 1, flat.shape[-1]))  # the mean nearest-code distance
-    nearest, assigned = nearest.reshape(-1), assigned.reshape(-1)
-    x = flat.reshape(-1, q.dim)
-    c = q.embedding
-    d_tr = (x - c[assigned]).pow(2).sum(-1).mean()
-    counts = torch.bincount(nearest, minlength=q.num_codes).to(x.dtype)
-    sums = torch.zeros_like(c).index_add_(0, nearest, x)
-    used = counts > 0
-    mu = sums[used] / counts[used, None]
-    gap = (counts[used] * (c[used] - mu).pow(2).sum(-1)).sum() / len(x)
-    log_pi = q.log_pi()
-    pi = log_pi.exp()
-    pi_ppl = torch.exp(-(pi * log_pi).sum(-1)).mean()
-    return dict(distortion_nearest=float(d_near), distortion_transport=float(d_tr),
-                cells_disagree=float((nearest != assigned).float().mean()), lloyd_gap=float(gap / d_near),
-                pi_perplexity=float(pi_ppl), pi_min_k=float(pi.min() * q.num_codes))
 
 
 def main():

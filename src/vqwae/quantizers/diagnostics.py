@@ -69,11 +69,12 @@ def _exact_w(x: torch.Tensor, codebook: torch.Tensor, pi: torch.Tensor) -> float
 
 
 @torch.no_grad()
-def diagnostics(quantizer, latents: torch.Tensor, *, batch: int = 16384,
+def diagnostics(quantizer, latents: torch.Tensor, *, batch: int = 16384, exact: bool = True,
                 generator: torch.Generator | None = None) -> Diagnostics:
     """Diagnostics of a ``WassersteinQuantizer`` or ``PaperWassersteinQuantizer`` on ``latents`` in its input layout
     ((B, D, *positions), or channel-last). ``batch``: the latents the exact W is solved on with a shared pi;
-    ``generator``: the draws of that batch and of the sampling floor."""
+    ``exact=False`` skips that solve (w_ratio None); ``generator``: the draws of that batch and of the sampling
+    floor."""
     flat = quantizer.flatten(latents)  # (B, M, D)
     solver = quantizer.solver
     shared = quantizer.config.num_positions is None
@@ -88,7 +89,7 @@ def diagnostics(quantizer, latents: torch.Tensor, *, batch: int = 16384,
         quantizer._check_positions(flat)
         assigned = solver.assign_batch(x, quantizer.embedding.detach())[1]
         tv_cells, disagree = _tv(assigned, pi), float((nearest != assigned).double().mean())
-        if k <= EXACT_UP_TO:
+        if exact and k <= EXACT_UP_TO:
             rows = torch.randperm(n, generator=generator)[:batch] if shared else torch.arange(n)
             xs, a = x[rows.to(x.device)], assigned[rows.to(x.device)]
             h = semi_dual_value(xs, quantizer.embedding, a, solver.code_potential(), quantizer.log_pi())
