@@ -46,24 +46,7 @@ from vqwae.training import checkpoint
 from vqwae.training.adversarial import BETAS, AdversarialLoss
 from vqwae.training.logger import build_logger
 from vqwae.training.config import TrainConfig
-
-#: fit_steps: the training images whose latents the transport map is solved on, at most (and at most 2^27 latent
-#: values, 512 MiB of float32, for large latent grids)
-FIT_IMAGES = 20_000
-FIT_LATENT_FLOATS = 1 << 27
-
-
-@torch.no_grad()
-def fit_latents(model: VQAutoencoder, images, device: torch.device | str = "cpu") -> tuple[torch.Tensor, int]:
-    """The encoder's latents of the first images of ``images`` (a data set of (image, ...) items) that fit_steps
-    solves the transport map on: at most FIT_IMAGES images and FIT_LATENT_FLOATS latent values. Returns (the
-    latents in the quantizer's input layout, how many images)."""
-    per_image = model.encoder(images[0][0][None].to(device)).numel()  # D x M latent values of one image
-    n = max(1, min(len(images), FIT_IMAGES, FIT_LATENT_FLOATS // per_image))
-    z = torch.cat([model.encoder(torch.stack([images[i][0] for i in range(s, min(s + 256, n))]).to(device))
-                   for s in range(0, n, 256)])
-    return z, n
-
+from vqwae.training.transport_fit import fit_saved_weights
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or Inf; the last good checkpoint is kept."""
@@ -388,25 +371,10 @@ class _Training:
             metrics["partial_epoch"] = True
         return metrics
 
-    @torch.no_grad()
     def fit_transport(self) -> None:
-        """Rank 0, once training has ended: with the quantizer option fit_steps, solve the saved (best) weights'
-        transport map on the first training images' latents with the network held still, and save the weights
-        again. transport_fit.json names the weights it wrote, so a resumed or re-run command does not fit twice
-        (and fits again when training saved new weights); a kill before the save leaves the weights as trained."""
-        steps = self.cfg.transport_fit_steps
-        if not folder.fit_pending(self.run_dir, steps):
-            return
-        model = VQAutoencoder.from_pretrained(self.run_dir).to(self.device)
-        model.quantizer.set_runtime(**self.cfg.quantizer_runtime)
-        z, n = fit_latents(model, self.splits.train, self.device)
-        result = model.quantizer.fit_transport(z, steps, generator=torch.Generator(self.device).manual_seed(
-            self.cfg.run.seed))
-        model.save_pretrained(self.run_dir)
-        folder.write_transport_fit(self.run_dir, dict(images=n, step=self.step, **result,
-                                                      weights_fingerprint=folder.model_fingerprint(self.run_dir)))
-        print(f"transport map fitted on {n} training images ({steps} steps): the cells' total variation from pi "
-              f"{result['tv_before']:.3f} -> {result['tv_after']:.3f}", flush=True)
+        """Rank 0, once training has ended: with fit_steps, the saved weights' transport map solved on the training
+        latents (``transport_fit.fit_saved_weights``)."""
+        fit_saved_weights(self.cfg, self.run_dir, self.splits.train, self.device, self.step)
 
     def _save(self, metrics: dict) -> None:
         """Rank 0: the best weights, the metrics line, the logger's epoch, then the resumable state (atomic)."""
