@@ -191,3 +191,13 @@ def test_ctrl_c_before_the_first_checkpoint_names_a_command_that_works(tmp_path,
         assert "run the same command again" in result.stderr and not out.exists()
         _ok(invoke(args))
     assert [m["epoch"] for m in layout.read_metrics(out)] == [1]
+
+
+def test_tsne_keeps_a_users_png_and_replaces_its_own(run, tmp_path):
+    before = _user_files(tmp_path, "plot.png")
+    one_line_error(invoke(["tsne", run, "--n", "8", "--out", tmp_path / "plot.png", *CPU]), "plot.png",
+                   "not written by")
+    assert checksums(tmp_path) == before
+    for _ in range(2):  # a new file, then the one it wrote itself
+        _ok(invoke(["tsne", run, "--n", "8", "--out", tmp_path / "mine.png", *CPU]))
+    _kept(tmp_path, before)

@@ -46,8 +46,8 @@ def run_dir(tmp_path_factory) -> Path:
     torch.set_num_threads(1)
     try:
         out = tmp_path_factory.mktemp("stage2") / "run"
-        train(TrainConfig.resolve(dataset="digits", train_limit=128, eval_limit=64, num_codes=16, solver="sinkhorn",
-                          sinkhorn_iters=5, epochs=1, device="cpu", out=str(out)))
+        train(TrainConfig.resolve(dataset="digits", train_limit=128, eval_limit=64, num_codes=16, epochs=1,
+                                  device="cpu", out=str(out)))
     finally:
         torch.set_num_threads(threads)
     return out

@@ -185,7 +185,7 @@ def test_train_help_is_short_and_help_all_lists_every_option():
     proc = subprocess.run([sys.executable, "-m", "vqwae", "train", "--help-all"], capture_output=True, text=True,
                           env={**os.environ, "COLUMNS": "100"})
     full = proc.stdout
-    assert proc.returncode == 0 and "--sinkhorn-iters" in full and "--split-dead" in full
+    assert proc.returncode == 0 and "--sinkhorn-iters" in full and "--split-unused" in full
     assert len(full.splitlines()) > 2 * len(short.splitlines())
 
 

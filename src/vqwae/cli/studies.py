@@ -80,7 +80,7 @@ def tsne_command(
         with threads_on(dev, threads) as _, library_threads(threads):
             merged = tsne_run(run_dir, n=n, out_png=out, device=dev, batch_size=batch_size, perplexity=perplexity,
                               seed=seed, data_root=data_root)
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
         fail(str(e))
     if merged["tsne_points"] < n:
         typer.echo(f"note: the test split has only {merged['tsne_points']} images (asked for {n})")

@@ -56,20 +56,38 @@ def tsne_features(run_dir: str | os.PathLike, *, n: int = 2000, device="cpu", ba
     return feats["quantized"], labels, test
 
 
+def _check_own_png(run_dir, png: Path) -> None:
+    """That writing the t-SNE picture to ``png`` replaces no file vqwae did not write: a new file, the run's own
+    tsne.png, or the picture an earlier ``vqwae tsne`` of this run wrote (eval.json's tsne_png)."""
+    if png.is_dir():
+        raise ValueError(f"--out {png} is a folder: name the PNG to write")
+    if not png.exists() and not png.is_symlink():
+        return
+    try:
+        recorded = layout.read_eval(run_dir).get("tsne_png")
+    except ValueError:
+        recorded = None
+    own = {(Path(run_dir) / layout.TSNE).resolve()} | ({Path(recorded).resolve()} if recorded else set())
+    if png.resolve() not in own:
+        raise FileExistsError(f"{png} exists and was not written by `vqwae tsne {run_dir}`: nothing was written; "
+                              "choose another --out, or move the file away")
+
+
 def tsne_run(run_dir: str | os.PathLike, *, n: int = 2000, out_png: str | os.PathLike | None = None, device="cpu",
              batch_size: int = 256, perplexity: float = 30.0, seed: int = 0, data_root: str | None = None,
              progress: bool = True) -> dict:
     """t-SNE of the flattened quantized latents of the first n test images coloured by class; the silhouette
     of the classes in the embedding into eval.json (null when undefined)."""
     cfg = layout.read_config(run_dir)
+    png = Path(out_png) if out_png else Path(run_dir) / layout.TSNE
+    if png.suffix.lower() != ".png":  # matplotlib would add ".png" itself, and eval.json name a file that is not there
+        png = png.with_name(png.name + ".png")
+    _check_own_png(run_dir, png)
     feats, labels, test = tsne_features(run_dir, n=n, device=device, batch_size=batch_size, data_root=data_root,
                                         progress=progress)
     if progress:
         print(f"t-SNE: embedding {len(test)} points of dimension {feats.shape[1]} (scikit-learn)...",
               file=sys.stderr, flush=True)
-    png = Path(out_png) if out_png else Path(run_dir) / layout.TSNE
-    if png.suffix.lower() != ".png":  # matplotlib would add ".png" itself, and eval.json name a file that is not there
-        png = png.with_name(png.name + ".png")
     res = tsne_plot(feats, labels, out_png=png, perplexity=perplexity, seed=seed,
                     title=f"{Path(run_dir).name} ({cfg.model}, {cfg.data.dataset}): quantized latents, {len(test)} test images",
                     class_names=getattr(test, "classes", None))
