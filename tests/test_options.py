@@ -172,3 +172,28 @@ def test_the_papers_presets_keep_one_pi_per_position_and_only_vqwae_carries_the_
     assert per_position.num_positions == 64
     vq = TrainConfig.resolve(model="vqvae")
     assert run_key(vq) == run_key(vq.replace(shared_pi=False))
+
+
+#: Run keys (the reproduction's cache) computed by vqwae at c3f1090, before issue #56 removed options and split VQ-WAE
+#: in two: a cache made then is found now (the retired options stay in a run's identity at their one value).
+KEYS_BEFORE_56 = {
+    "default": ({'preset': None}, "54182450c0"),
+    "paper": ({'preset': 'paper'}, "1af4a48952"),
+    "paper-fast": ({'preset': 'paper-fast'}, "3180cbff28"),
+    "field-vq": ({'preset': 'field-vq'}, "69d666b27b"),
+    "ffhq": ({'preset': 'ffhq'}, "7dda643439"),
+    "fitted": ({'preset': 'paper-fast', 'quantize': 'transport', 'fit_steps': 1000, 'learn_pi': False, 'pi_init': 'peaked'}, "4b47342b91"),
+    "recipe": ({'preset': None, 'quantize': 'transport', 'codebook_decay': 0.95, 'pull': 0.1, 'learn_pi': False, 'pi_init': 'gaussian'}, "094749a7d2"),
+    "sqvae": ({'preset': None, 'model': 'sqvae'}, "3db0736347"),
+    "split_unused": ({'preset': None, 'split_unused': 0.1, 'pull': 0.3, 'num_codes': 1024}, "a31efd5c2b"),
+}
+
+
+@pytest.mark.parametrize("name", list(KEYS_BEFORE_56))
+def test_run_keys_made_before_the_options_were_retired_are_unchanged(name):
+    from vqwae.reproduce.runner import run_key
+
+    settings, key = KEYS_BEFORE_56[name]
+    settings = dict(settings)
+    preset = settings.pop("preset")
+    assert run_key(TrainConfig.resolve(preset=preset, dataset="digits", **settings)) == key

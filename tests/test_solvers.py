@@ -99,3 +99,38 @@ def test_lambda_r_defaults_by_how_pi_is_shared_and_weighs_the_kl_term():
     assert "kl" not in q(z).losses
     with pytest.raises(ValueError, match="kl_weight"):
         WassersteinQuantizer(num_codes=16, dim=4, kl_weight=-1.0)
+
+
+def test_a_format_2_model_of_the_transport_codebook_loads_and_gives_the_same_outputs(tmp_path):
+    """A model saved before issue #56 (format 2: kind "wasserstein" with every option of the time, the transport
+    codebook's EMAs on the quantizer itself, no nearest-code EMAs) loads into today's WassersteinQuantizer, through
+    the documented upgrade (``upgrade_quantizer_config``, ``upgrade_state_dict``), with identical outputs."""
+    torch.manual_seed(0)
+    m = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", num_codes=16, quantize="transport",
+                                  learn_pi=False, pi_init="peaked")
+    for _ in range(3):
+        m.train()(torch.rand(4, 1, 32, 32))
+    m.save_pretrained(tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    for new, old in (("mass", "transport_mass"), ("sum", "transport_sum"), ("steps", "transport_steps")):
+        state[f"quantizer.{old}"] = state.pop(f"quantizer.transport.{new}")
+    for name in ("nearest_mass", "nearest_error", "nearest_of"):  # split_unused was off: no such buffers then
+        del state[f"quantizer.transport.{name}"]
+    save_file(state, str(tmp_path / "model.safetensors"))
+    cfg = json.loads((tmp_path / "model_config.json").read_text())
+    cfg["format_version"] = 2
+    cfg["quantizer"].update(solver="semidiscrete", codebook_update="transport", codebook_init="data", pi_floor=0.0,
+                            potential_lr=None, potential_steps=1, split_dead=0.1, kl_reduction="sum",
+                            global_batch=False, graph_update=True, compile_update=False, fit_steps=0, pull_target=0.0)
+    (tmp_path / "model_config.json").write_text(json.dumps(cfg))
+    r = VQAutoencoder.from_pretrained(tmp_path)
+    assert type(r.quantizer) is WassersteinQuantizer and r.quantizer.config == m.quantizer.config
+    x = torch.rand(6, 1, 32, 32)
+    m.eval()
+    assert torch.equal(r(x)[0], m(x)[0]) and torch.equal(r.encode(x), m.encode(x))
+    for k, v in m.state_dict().items():
+        assert torch.equal(v, r.state_dict()[k]), k
+    cfg["quantizer"]["pi_floor"] = 0.2  # an option that changed pi: refused, naming it
+    (tmp_path / "model_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="pi_floor=0.2"):
+        VQAutoencoder.from_pretrained(tmp_path)
