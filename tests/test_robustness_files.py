@@ -17,6 +17,7 @@ from PIL import Image
 
 from tests.test_robustness import TINY, checksums, invoke, one_line_error
 from vqwae.figures.image_folder import save_image_folder
+from vqwae.models import VQAutoencoder
 from vqwae.runs import layout
 from vqwae.training import TrainConfig, checkpoint, train
 
@@ -44,7 +45,7 @@ def _user_files(folder: Path, *names: str) -> dict[str, str]:
     for name in names:
         Image.fromarray(np.full((8, 8, 3), 7, dtype=np.uint8)).save(folder / name) if name.endswith(".png") \
             else (folder / name).write_text(f"the user's own {name}\n")
-    return checksums(folder)
+    return {k: v for k, v in checksums(folder).items() if k in names}
 
 
 def _kept(folder: Path, before: dict[str, str]) -> None:
@@ -201,3 +202,22 @@ def test_tsne_keeps_a_users_png_and_replaces_its_own(run, tmp_path):
     for _ in range(2):  # a new file, then the one it wrote itself
         _ok(invoke(["tsne", run, "--n", "8", "--out", tmp_path / "mine.png", *CPU]))
     _kept(tmp_path, before)
+
+
+def test_train_into_a_model_folder_is_refused_and_leaves_no_lock(run, tmp_path):
+    model = tmp_path / "model"
+    VQAutoencoder.from_pretrained(run).save_pretrained(model)  # a folder save_pretrained wrote
+    before = checksums(model)
+    one_line_error(invoke(["train", "--out", model, *TINY]), "already holds a run")
+    assert checksums(model) == before  # no run.lock left behind
+
+
+def test_every_command_on_a_run_keeps_a_users_file_in_the_run_folder(run, tmp_path):
+    run = Path(shutil.copytree(run, tmp_path / "run"))
+    before = _user_files(run, "notes.txt", "sample_mine.png", "my_prior_notes.md")
+    for args in (["eval", run, "--no-fid", "--no-lpips", "--limit", "8"], ["probe", run, "--limit", "8"],
+                 ["tsne", run, "--n", "8"], ["prior", "train", run, "--force", *PRIOR[:-4]],
+                 ["sample", run, "--n", "2"], ["encode", run, "--out", run / "codes.safetensors", "--limit", "2"],
+                 ["train", "--out", run, "--resume", "--epochs", "2", "--max-steps", "3"]):
+        _ok(invoke([*args, *CPU] if args[0] != "train" else args))
+    _kept(run, before)
