@@ -125,18 +125,19 @@ def identity_options() -> frozenset[str]:
         leaf.path[0] in _IDENTITY_SECTIONS or tuple(leaf.path) in _IDENTITY_PATHS))
 
 
-def check_same_run(state: dict, path: Path) -> None:
-    """That the state in ``path`` is its run folder's own: the configuration it was saved with and the folder's
-    config.json agree on what identifies the run (:func:`identity_options`: seed, data, network, codebook). A
-    state.pt copied from another run (another seed, data set, K...) is refused, naming what differs."""
+def check_same_run(state: dict, path: Path, config: dict | None = None) -> None:
+    """That the state in ``path`` is its run's own: the configuration it was saved with and the run's (``config``,
+    as ``TrainConfig.to_dict`` gives it; default: the folder's config.json) agree on what identifies the run
+    (:func:`identity_options`: seed, data, network, codebook). A state.pt copied from another run (another seed,
+    data set, K...) is refused, naming what differs."""
     from vqwae.training.config import TrainConfig
     from vqwae.training.folder import CONFIG
 
-    saved = Path(path).parent / CONFIG
-    if "config" not in state or not saved.is_file():
+    saved = Path(path).parent / CONFIG if config is None else "the run's configuration"
+    if "config" not in state or (config is None and not saved.is_file()):
         return  # a state of the first format, or a state read outside a run folder
     try:
-        run_cfg = TrainConfig.from_saved(json.loads(saved.read_text())).to_flat()
+        run_cfg = TrainConfig.from_saved(config if config is not None else json.loads(saved.read_text())).to_flat()
     except Exception:
         return  # the run's own config.json is checked (and reported) by whoever reads it
     try:
