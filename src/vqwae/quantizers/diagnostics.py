@@ -13,6 +13,8 @@ import torch
 from vqwae.ot.histogram import code_histogram, perplexity_from_counts
 from vqwae.ot.semidiscrete import SemiDiscreteSolver, semi_dual_value
 from vqwae.ot.transport import latents_by_group
+from vqwae.quantizers.pi import check_positions
+from vqwae.quantizers.transport_map import tv_from_pi
 
 #: The exact W of the ratio is only solved up to this K: exact OT on N latents over-fits them when N is not >> K (its
 #: optimum spreads each latent over K / N codes), and POT's simplex grows with N K.
@@ -48,15 +50,6 @@ class Diagnostics:
         return asdict(self)
 
 
-def _tv(indices: torch.Tensor, pi: torch.Tensor) -> float:
-    """(N, G) codes -> the mean over groups of TV(their histogram, pi (G, K))."""
-    g, k = pi.shape
-    n = indices.shape[0]
-    counts = torch.zeros(g, k, dtype=torch.float64, device=indices.device).scatter_add_(
-        1, indices.t().contiguous(), torch.ones(g, n, dtype=torch.float64, device=indices.device))
-    return float(0.5 * (counts / n - pi).abs().sum(-1).mean())
-
-
 def _exact_w(x: torch.Tensor, codebook: torch.Tensor, pi: torch.Tensor) -> float:
     """sum over groups of the exact W between the latents x (N, G, D) (weights 1/N) and the codebook weighted by pi."""
     import ot  # POT: only here (it costs ~1.7 s at import)
@@ -86,14 +79,15 @@ def diagnostics(quantizer, latents: torch.Tensor, *, batch: int = 16384, exact: 
     counts = code_histogram(nearest, k)
     tv_cells = w_ratio = disagree = None
     if isinstance(solver, SemiDiscreteSolver):
-        quantizer._check_positions(flat)
+        check_positions(flat, quantizer.config.num_positions)
         assigned = solver.assign_batch(x, quantizer.embedding.detach())[1]
-        tv_cells, disagree = _tv(assigned, pi), float((nearest != assigned).double().mean())
+        tv_cells, disagree = tv_from_pi(assigned, pi), float((nearest != assigned).double().mean())
         if exact and k <= EXACT_UP_TO:
             rows = torch.randperm(n, generator=generator)[:batch] if shared else torch.arange(n)
             xs, a = x[rows.to(x.device)], assigned[rows.to(x.device)]
             h = semi_dual_value(xs, quantizer.embedding, a, solver.code_potential(), quantizer.log_pi())
             w_ratio = float(h) / _exact_w(xs, quantizer.embedding, pi)
-    return Diagnostics(tv_cells=tv_cells, tv_nearest=_tv(nearest, pi), tv_floor=_tv(draws.to(pi.device), pi),
+    return Diagnostics(tv_cells=tv_cells, tv_nearest=tv_from_pi(nearest, pi),
+                       tv_floor=tv_from_pi(draws.to(pi.device), pi),
                        w_ratio=w_ratio, cells_disagree=disagree, dead_codes=int((counts == 0).sum()),
                        perplexity=float(perplexity_from_counts(counts)))

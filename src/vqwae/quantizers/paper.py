@@ -34,7 +34,7 @@ from vqwae.ot import SemiDiscreteSolver, build_solver
 from vqwae.ot.transport import latents_by_group
 from vqwae.quantizers.base import Quantizer, QuantizerOutput, fp32
 from vqwae.quantizers.data_start import draw_codebook
-from vqwae.quantizers.pi import checked_pi, initial_pi, kl_to_uniform
+from vqwae.quantizers.pi import check_positions, checked_pi, initial_pi, kl_to_uniform
 from vqwae.quantizers.transport_map import fit_transport, transport_map
 from vqwae.quantizers.upgrade import upgrade_state_dict
 from vqwae.quantizers.wasserstein_options import PaperWassersteinConfig, default_kl_weight
@@ -189,15 +189,12 @@ class PaperWassersteinQuantizer(Quantizer):
         return int(self.codes_drawn) >= self.num_codes
 
     def _check_positions(self, flat: torch.Tensor) -> None:
-        m = flat.shape[1]
-        if self.config.num_positions is not None and m != self.config.num_positions:
-            raise ValueError(
-                f"latents have {m} positions but the quantizer was built with num_positions={self.config.num_positions} "
-                "(one pi per position); num_positions=None shares one pi and takes any number")
+        check_positions(flat, self.config.num_positions)
 
     def _semidiscrete(self, what: str):
         if self.config.solver != "semidiscrete":
-            raise ValueError(f"{what} needs solver='semidiscrete' (the map of its potential), got {self.config.solver!r}")
+            raise ValueError(f"{what} needs solver='semidiscrete' (the map of its potential), got "
+                             f"{self.config.solver!r}")
         return self.solver
 
     def transport_map(self, flat: torch.Tensor) -> torch.Tensor:

@@ -43,3 +43,12 @@ def kl_to_uniform(log_pi: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
     num_codes = log_pi.shape[-1]
     kl = torch.dot(log_pi.exp().flatten(), (log_pi + math.log(num_codes)).flatten())
     return kl / num_codes if reduction == "mean" else kl
+
+
+def check_positions(flat: torch.Tensor, num_positions: int | None) -> None:
+    """One pi per position (``num_positions`` = M) needs latents (B, M, D) of exactly M positions; a one-line error
+    otherwise (one shared pi, None, takes any number)."""
+    m = flat.shape[1]
+    if num_positions is not None and m != num_positions:
+        raise ValueError(f"latents have {m} positions but the quantizer was built with num_positions={num_positions} "
+                         "(one pi per position); num_positions=None shares one pi and takes any number")

@@ -21,13 +21,18 @@ def transport_map(solver: SemiDiscreteSolver, codebook: torch.Tensor, flat: torc
     return solver.assign_batch(x, codebook.detach())[1].view(flat.shape[:2])
 
 
-def cells_tv(solver: SemiDiscreteSolver, codebook: torch.Tensor, pi: torch.Tensor, flat: torch.Tensor) -> float:
-    """The total variation between the map's cell masses on the latents ``flat`` (B, M, D) and pi (G, K), averaged
-    over the groups (0: every code receives exactly its share)."""
-    cells = transport_map(solver, codebook, flat)  # (B, M)
+def tv_from_pi(codes: torch.Tensor, pi: torch.Tensor) -> float:
+    """The total variation between the histogram of ``codes`` (N, G) and pi (G, K), averaged over the groups (0: each
+    code receives exactly its share)."""
     groups, num_codes = pi.shape
-    mass = assignment_mass(cells.reshape(-1, 1) if solver.shared else cells, groups, num_codes)
+    mass = assignment_mass(codes, groups, num_codes, pi.dtype)
     return float(0.5 * (mass - pi).abs().sum(-1).mean())
+
+
+def cells_tv(solver: SemiDiscreteSolver, codebook: torch.Tensor, pi: torch.Tensor, flat: torch.Tensor) -> float:
+    """:func:`tv_from_pi` of the map's cells on the latents ``flat`` (B, M, D)."""
+    cells = transport_map(solver, codebook, flat)  # (B, M)
+    return tv_from_pi(cells.reshape(-1, 1) if solver.shared else cells, pi)
 
 
 @torch.no_grad()

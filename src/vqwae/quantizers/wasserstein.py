@@ -32,7 +32,7 @@ from vqwae.ot.semidiscrete import CHUNK_ENTRIES, SemiDiscreteSolver, semi_dual_f
 from vqwae.ot.transport import keep_by_group, latents_by_group
 from vqwae.quantizers.base import Quantizer, QuantizerOutput, fp32, scale_gradient
 from vqwae.quantizers.data_start import draw_codebook
-from vqwae.quantizers.pi import checked_pi, initial_pi, kl_to_uniform
+from vqwae.quantizers.pi import check_positions, checked_pi, initial_pi, kl_to_uniform
 from vqwae.quantizers.transport_codebook import TransportCodebook
 from vqwae.quantizers.transport_map import fit_transport, transport_map
 from vqwae.quantizers.upgrade import upgrade_state_dict
@@ -251,11 +251,7 @@ class WassersteinQuantizer(Quantizer):
         return int(self.codes_drawn) >= self.num_codes
 
     def _check_positions(self, flat: torch.Tensor) -> None:
-        m = flat.shape[1]
-        if self.config.num_positions is not None and m != self.config.num_positions:
-            raise ValueError(
-                f"latents have {m} positions but the quantizer was built with num_positions={self.config.num_positions} "
-                "(one pi per position); num_positions=None shares one pi and takes any number")
+        check_positions(flat, self.config.num_positions)
 
     # ---- the transport map -------------------------------------------------------------------------------------
     def transport_map(self, flat: torch.Tensor) -> torch.Tensor:

@@ -200,7 +200,8 @@ class VQWAEOptions(PaperOptions, WassersteinOptions):
 
     def quantizer_config(self, num_codes: int, dim: int, num_positions: int | None):
         """The registry name and config of the quantizer these options train."""
-        cls, kind = (WassersteinConfig, "wasserstein") if self.product else (PaperWassersteinConfig, "paper-wasserstein")
+        cls, kind = ((WassersteinConfig, "wasserstein") if self.product
+                     else (PaperWassersteinConfig, "paper-wasserstein"))
         values = {k: getattr(self, k) for k in cls.__dataclass_fields__ if hasattr(self, k)}
         return kind, cls(**{**values, "num_codes": num_codes, "dim": dim, "num_positions": num_positions})
 
