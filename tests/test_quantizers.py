@@ -463,3 +463,24 @@ def test_the_fields_vq_leaves_no_dead_code_where_the_plain_ema_starves_them():
 def test_expiry_needs_the_ema_codebook():
     with pytest.raises(ValueError, match="dead_code_threshold needs ema=True"):
         VectorQuantizer(num_codes=16, dim=DIM, dead_code_threshold=2)
+
+
+def test_diagnostics_read_the_transport_against_pi_and_its_sampling_floor():
+    """diagnostics(): after fit_transport the map's cells hold pi as closely as the sample can tell (within 2x the
+    floor of exact draws from pi), its W estimate is a lower bound of exact OT's near its value, and a uniform pi
+    leaves no code dead; a solver without a map reports no transport fields."""
+    from vqwae.quantizers import diagnostics
+
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=DIM, channel_last=True)
+    q(mixture(512, gen)[:, None])  # the data start
+    held = mixture(4000, gen)[:, None]
+    q.fit_transport(held, 300, generator=torch.Generator().manual_seed(0))
+    d = diagnostics(q.eval(), held, generator=torch.Generator().manual_seed(1))
+    assert d.tv_cells <= 2 * d.tv_floor, d
+    assert 0.9 < d.w_ratio <= 1.0 + 1e-6 and d.dead_codes == 0 and d.perplexity > 0.8 * 16, d
+    assert 0 <= d.cells_disagree < 0.5
+    paper = PaperWassersteinQuantizer(num_codes=16, dim=DIM, channel_last=True, solver="exact")
+    p = diagnostics(paper, held)
+    assert p.tv_cells is None and p.w_ratio is None and p.cells_disagree is None and p.tv_nearest > 0
