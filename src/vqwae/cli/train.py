@@ -2,6 +2,7 @@
 --preset fill in the rest. Precedence: defaults < --preset < --config < flags."""
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -62,9 +63,13 @@ MAX_CODES = 1 << 20
 
 
 def _check_bounds(cfg: TrainConfig) -> None:
-    """What the configuration's own checks leave open: a codebook too large to allocate, a device that holds no
-    data (meta)."""
-    k = cfg.to_flat().get("num_codes")
+    """What the configuration's own checks leave open: a number that is not finite (--lr inf, ws_weight: .inf),
+    a codebook too large to allocate, a device that holds no data (meta)."""
+    flat = cfg.to_flat()
+    for name, value in flat.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"{name} must be a finite number, got {value}")
+    k = flat.get("num_codes")
     if isinstance(k, int) and k > MAX_CODES:
         fail(f"num_codes must be at most {MAX_CODES:,}, got {k:,}")
     device = str(cfg.run.device)
