@@ -221,3 +221,14 @@ def test_every_command_on_a_run_keeps_a_users_file_in_the_run_folder(run, tmp_pa
                  ["train", "--out", run, "--resume", "--epochs", "2", "--max-steps", "3"]):
         _ok(invoke([*args, *CPU] if args[0] != "train" else args))
     _kept(run, before)
+
+
+def test_a_runs_samples_folder_of_an_earlier_vqwae_is_still_its_own(run, tmp_path):
+    run = Path(shutil.copytree(run, tmp_path / "run"))
+    _ok(invoke(["sample", run, "--n", "3", *CPU]))
+    (run / layout.SAMPLES / ".vqwae-images.json").unlink()  # as an earlier vqwae left it: no manifest
+    before = _user_files(run / layout.SAMPLES, "sample_from_my_gan.png")
+    _ok(invoke(["sample", run, "--n", "1", *CPU]))
+    _kept(run / layout.SAMPLES, before)
+    assert sorted(p.name for p in (run / layout.SAMPLES).glob("sample_*.png")) == ["sample_0.png",
+                                                                                   "sample_from_my_gan.png"]

@@ -140,7 +140,8 @@ def sample_command(
     at_least("--threads", threads)
     dev = device_or_fail(device)
     try:
-        check_image_folder(out if out is not None else run_dir / layout.SAMPLES, "sample")  # before the work
+        # before the work; the run's own samples/ of an earlier vqwae (no manifest) is vqwae's
+        check_image_folder(out if out is not None else run_dir / layout.SAMPLES, "sample", legacy=out is None)
         with threads_on(dev, threads):
             images, labels, pdir = generate(run_dir, n, labels=klass, conditional=True if klass is not None else None,
                                             prior_dir=prior, temperature=temperature, seed=seed,
@@ -149,7 +150,7 @@ def sample_command(
         fail(str(e))
     try:
         out = save_samples(images, labels, out if out is not None else run_dir / layout.SAMPLES, nrow=nrow,
-                           cycling=labels is not None and klass is None)
+                           cycling=labels is not None and klass is None, legacy=out is None)
     except (FileExistsError, NotADirectoryError) as e:
         fail(str(e))
     kind = "unconditional" if labels is None else (f"class {klass}" if klass is not None else "classes cycled")

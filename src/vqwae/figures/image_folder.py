@@ -64,19 +64,36 @@ def _foreign_error(out: Path, foreign: list[str]) -> ForeignFileError:
                             + ": nothing was written; choose another --out, or move the file(s) away")
 
 
-def check_image_folder(out: str | os.PathLike, prefix: str) -> None:
-    """Before the work: raise :class:`ForeignFileError` when ``out`` holds a file of a name ``save_image_folder``
-    may write with ``prefix`` (``{prefix}_7.png``, ``{prefix}_07_class3.png``, grid.png) that it did not write; a
-    file that is not a folder raises NotADirectoryError."""
+def _our_names(prefix: str):
+    """The names ``save_image_folder`` writes with ``prefix``: ``{prefix}_7.png``, ``{prefix}_07_class3.png``,
+    grid.png."""
     import re
 
+    return re.compile(rf"{re.escape(prefix)}_\d+(_class\d+)?\.png|{re.escape(GRID)}")
+
+
+def _manifest(out: Path, prefix: str, legacy: bool) -> dict[str, str]:
+    """``out``'s manifest; with ``legacy``, a folder that has none (written before the manifest, by vqwae: a run's
+    own samples/ folder) has its files of the writer's names adopted as the writer's."""
+    manifest = written_files(out)
+    if legacy and not manifest and not (out / MANIFEST).exists() and out.is_dir():
+        names = _our_names(prefix)
+        manifest = {p.name: _sha256(p) for p in out.iterdir()
+                    if names.fullmatch(p.name) and p.is_file() and not p.is_symlink()}
+    return manifest
+
+
+def check_image_folder(out: str | os.PathLike, prefix: str, *, legacy: bool = False) -> None:
+    """Before the work: raise :class:`ForeignFileError` when ``out`` holds a file of a name ``save_image_folder``
+    may write with ``prefix`` (``{prefix}_7.png``, ``{prefix}_07_class3.png``, grid.png) that it did not write; a
+    file that is not a folder raises NotADirectoryError. ``legacy``: see :func:`save_image_folder`."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"{out} is a file, not a folder")
     if not out.is_dir():
         return
-    pattern = re.compile(rf"{re.escape(prefix)}_\d+(_class\d+)?\.png|{re.escape(GRID)}")
-    manifest = written_files(out)
+    pattern = _our_names(prefix)
+    manifest = _manifest(out, prefix, legacy)
     foreign = sorted(p.name for p in out.iterdir() if pattern.fullmatch(p.name) and not _ours(out, p.name, manifest))
     if foreign:
         raise _foreign_error(out, foreign)
@@ -84,13 +101,14 @@ def check_image_folder(out: str | os.PathLike, prefix: str) -> None:
 
 def save_image_folder(images: torch.Tensor, out: str | os.PathLike, *, prefix: str,
                       suffixes: Sequence[str] | None = None, nrow: int | None = None,
-                      grid_count: int | None = None, progress: bool = False) -> Path:
+                      grid_count: int | None = None, progress: bool = False, legacy: bool = False) -> Path:
     """One PNG per image of ``images`` (N, C, S, S) in [0, 1], named ``{prefix}_{i}{suffix}.png`` with i zero-padded
     to N's width, and ``grid.png`` of the first ``grid_count`` images (None: all), ``nrow`` per row (default about
     sqrt). PNGs an earlier call with the same prefix wrote (and the manifest records, unchanged) are removed first,
     so the folder holds exactly these images among the writer's own; every other file stays. A name to be written
     that holds a file the writer did not write raises :class:`ForeignFileError` before anything is written.
-    ``progress``: a bar (or log lines) over the images written."""
+    ``progress``: a bar (or log lines) over the images written. ``legacy``: a folder vqwae owns (a run's samples/)
+    written before the manifest existed: its files of the writer's names count as the writer's."""
     # Imported here: torchvision costs ~1.6 s at import (it loads torch._dynamo), and only these commands need it.
     from torchvision.utils import save_image
 
@@ -100,7 +118,7 @@ def save_image_folder(images: torch.Tensor, out: str | os.PathLike, *, prefix: s
     n = images.shape[0]
     width = len(str(n - 1))
     names = [f"{prefix}_{i:0{width}d}{suffixes[i] if suffixes else ''}.png" for i in range(n)]
-    manifest = written_files(out) if out.is_dir() else {}
+    manifest = _manifest(out, prefix, legacy) if out.is_dir() else {}
     foreign = [name for name in (*names, GRID)
                if (out / name).exists() or (out / name).is_symlink()]
     foreign = [name for name in foreign if not _ours(out, name, manifest)]

@@ -375,12 +375,13 @@ def train_and_record_prior(run_dir: str | os.PathLike, *, conditional: bool = Fa
 
 
 def save_samples(images: torch.Tensor, labels: torch.Tensor | None, out: str | os.PathLike, *,
-                 nrow: int | None = None, cycling: bool = False) -> Path:
+                 nrow: int | None = None, cycling: bool = False, legacy: bool = False) -> Path:
     """One PNG per image (``sample_007_class3.png``) and grid.png in ``out``; ``nrow`` defaults to the classes
-    when they are cycled, else about sqrt(n)."""
+    when they are cycled, else about sqrt(n). ``legacy``: ``out`` is a run's own samples/ folder (see
+    ``save_image_folder``)."""
     n = images.shape[0]
     if nrow is None and cycling and labels is not None:
         classes = int(labels.max()) + 1
         nrow = classes if n > classes - 1 else None
     suffixes = [f"_class{int(c)}" for c in labels] if labels is not None else None
-    return save_image_folder(images, out, prefix="sample", suffixes=suffixes, nrow=nrow)
+    return save_image_folder(images, out, prefix="sample", suffixes=suffixes, nrow=nrow, legacy=legacy)
