@@ -24,7 +24,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
 
 
 @pytest.mark.parametrize("make", [
-    lambda: VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", num_codes=16),
+    lambda: VQAutoencoder.from_config(NetworkConfig(in_channels=1), "paper-wasserstein", num_codes=16),
     lambda: GatedPixelCNN(PixelCNNConfig(num_codes=16, hidden_channels=8, num_layers=3)),
 ])
 def test_both_models_round_trip_bit_identically_with_a_format_version(tmp_path, make):
@@ -35,7 +35,8 @@ def test_both_models_round_trip_bit_identically_with_a_format_version(tmp_path, 
     r = type(m).from_pretrained(tmp_path)
     for k, v in m.state_dict().items():
         assert torch.equal(v, r.state_dict()[k]), k
-    del cfg["format_version"]  # a file written before format versions existed still loads
+    del cfg["format_version"]  # a file written before format versions existed still loads (a VQ-WAE of then: the
+    # paper's gradient-trained codebook, which is what format 1 implies)
     (tmp_path / type(m).config_name).write_text(json.dumps(cfg))
     type(m).from_pretrained(tmp_path)
 

@@ -6,8 +6,8 @@ from safetensors.torch import load_file, save_file
 from vqwae.models import NetworkConfig, VQAutoencoder
 
 
-@pytest.mark.parametrize("kind,kw", [("wasserstein", {"solver": "semidiscrete"}), ("vector", {"ema": True}),
-                                     ("stochastic", {})])
+@pytest.mark.parametrize("kind,kw", [("wasserstein", {"quantize": "transport"}), ("paper-wasserstein", {}),
+                                     ("vector", {"ema": True}), ("stochastic", {})])
 def test_save_load_bit_identical(tmp_path, kind, kw):
     m = VQAutoencoder.from_config(NetworkConfig(in_channels=1), kind, num_codes=32, **kw)
     m.train()

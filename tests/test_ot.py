@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from vqwae.ot import KantorovichPotential, entropic_ot_value, exact_plans, semi_dual, sinkhorn_log, squared_distances
-from vqwae.quantizers import WassersteinQuantizer
+from vqwae.quantizers import PaperWassersteinQuantizer
 
 
 def random_problem(g=3, n=12, k=7, d=4, seed=0):
@@ -30,16 +30,17 @@ def test_exact_matches_pot_emd2(seed):
 
 
 def ws_value(q, flat):
-    return float(q.wasserstein(flat))
+    return float(q(flat, compute_loss=True).losses["ws"])
 
 
 def test_exact_quantizer_value_and_gradients_match_finite_differences():
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=6, dim=3, num_positions=2, solver="exact", codebook_update="gradient").double()
+    q = PaperWassersteinQuantizer(num_codes=6, dim=3, num_positions=2, solver="exact", channel_last=True, ws_weight=1.0,
+                                  kl_weight=0.0).double().eval()  # the WS term alone, unweighted
     with torch.no_grad():
         q.beta.copy_(torch.randn(2, 6, dtype=torch.float64))
     flat = torch.randn(5, 2, 3, dtype=torch.float64, requires_grad=True)  # (B, M, D)
-    w = q.wasserstein(flat)
+    w = q(flat, compute_loss=True).losses["ws"]
     # The value equals POT's emd2 per position, summed.
     x = flat.detach().transpose(0, 1)
     ref = sum(
