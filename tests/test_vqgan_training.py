@@ -15,7 +15,7 @@ from vqwae.training.adversarial import AdversarialLoss, AdversarialOptions, adap
 # A VQGAN small enough for the tests: 32x32 digits, f = 4, no attention, K 64 x D 32.
 TINY_GAN = dict(dataset="digits", train_limit=64, eval_limit=32, batch_size=16, num_codes=64, dim=32,
                 arch="vqgan", ch=32, ch_mult="1,1,2", num_res_blocks=1, attn_resolutions="", z_channels=32,
-                disc_start=2, disc_channels=8, disc_layers=2, solver="sinkhorn", sinkhorn_iters=5, device="cpu")
+                disc_start=2, disc_channels=8, disc_layers=2, device="cpu")
 
 
 @pytest.fixture

@@ -185,7 +185,7 @@ class VQWAEOptions(PaperOptions, WassersteinOptions):
         # each option belongs to one of the two quantizers: set away from its default on the other, it is an error
         product = dict(pull=1.0, codebook_decay=0.99, split_unused=0.0)
         paper = dict(solver="semidiscrete", kl_reduction="sum", global_batch=False, codebook_init="data")
-        wrong = {k: v for k, v in (paper if self.product else product).items() if getattr(self, k) != v}
+        wrong = {k: getattr(self, k) for k, v in (paper if self.product else product).items() if getattr(self, k) != v}
         if wrong:
             name, value = next(iter(wrong.items()))
             owner, other = (("the paper's quantizer", "gradient") if self.product else ("WassersteinQuantizer",
