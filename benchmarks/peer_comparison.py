@@ -116,7 +116,7 @@ FSQ_LEVELS = {512: (8, 8, 8), 1024: (8, 5, 5, 5), 4096: (7, 5, 5, 5, 5), 8192: (
 
 # name -> (quantizer kind, quantizer kwargs). "VQ-WAE default" is WassersteinQuantizer() as shipped
 # (and what `vqwae train` uses); the "without ..." rows each undo one of the defaults that depart from the paper,
-# "with codebook_decay 0.95" is the faster codebook EMA that BENCHMARKS.md section 5 rejects.
+# "with codebook_decay 0.95" is the faster codebook EMA that docs/lab/01-07.md#ablation-departures rejects.
 QUANTIZERS = {
     "vector-quantize-pytorch": ("vq", {}),  # the rotation trick on: the library's default (every run so far)
     "vector-quantize-pytorch (rotation trick)": ("vq", {}),  # the same, under the name 8h's runs used

@@ -4,7 +4,7 @@ of 256, Adam 3e-3; everything learns); these tests run it on three seeds with th
 ``quantize="transport"`` with the map solved after training (``fit_steps=1000``, as ``vqwae train`` does it).
 The toy's earlier recipe (``vqwae.reproduce.grid.CONTROL_RECIPE``: codebook_decay=0.95, pull=0.1, no fit) held on
 one machine and not on another: the peaked pi's seed 0 trained into a bad basin there (correlation 0.515, MSE 0.448;
-BENCHMARKS.md section 31). About 12 s per run on one thread."""
+docs/lab/30-39.md#toy-learned-pi). About 12 s per run on one thread."""
 from __future__ import annotations
 
 import statistics
@@ -33,7 +33,7 @@ def test_with_lambda_r_0_1_a_learned_pi_keeps_nine_tenths_of_the_codebook():
     """A learned pi that starts uniform keeps usage spread: perplexity 15.37 / 14.92 / 15.40 of 16 (0.95 K) with
     lambda_r = 0.1. A shared pi's default lambda_r, 0.01, lets pi itself drift (its perplexity 11.0-13.8 on these
     seeds): usage perplexity 13.99 / 14.08 / 13.51 (0.87 K) here, 0.87 K over ten seeds with the nearest code,
-    against 0.95 K with 0.1 at the same reconstruction (BENCHMARKS.md section 31). A fixed pi has no KL term, so
+    against 0.95 K with 0.1 at the same reconstruction (docs/lab/30-39.md#toy-learned-pi). A fixed pi has no KL term, so
     the test above holds for this configuration too."""
     options = {**CONTROL, "kl_weight": 0.1}
     perplexity = [toy.run("uniform (learned)", seed, STEPS, options, FIT_STEPS)["perplexity"] for seed in SEEDS]

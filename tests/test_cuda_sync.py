@@ -61,7 +61,7 @@ OTHERS = {
 }
 # every case as by default, then launched eagerly, then every Wasserstein case with its update compiled, all in one
 # process and in this order: the compiled cases share dynamo's caches, which is how a filled cache once made the
-# last ones sync (BENCHMARKS 30)
+# last ones sync (docs/lab/30-39.md#gpu-launch-bound)
 PARAMS = ([(name, "graph") for name in (*UPDATED, *OTHERS)] + [(name, "eager") for name in UPDATED]
           + [(name, "compiled") for name in UPDATED])
 

@@ -310,7 +310,7 @@ def test_with_a_fixed_pi_the_quantizer_is_scale_equivariant():
     """Latents c times larger (a host whose encoder ends c times larger) give the same codes, a codebook c times
     larger and a WS gradient on the latents c times larger, at every step of training (data start, potential,
     transport codebook): so inside such a host, whose decoder's gradient is c times smaller, the pull on the
-    encoder weighs c^2 times more against the reconstruction (BENCHMARKS.md 45)."""
+    encoder weighs c^2 times more against the reconstruction (docs/lab/40-47.md#sequence-3000-pull-rms)."""
     c = 10.0
     qs = {}
     for scale in (1.0, c):

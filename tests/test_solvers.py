@@ -72,7 +72,8 @@ def test_a_saved_layout_1_model_loads_through_from_pretrained(tmp_path):
 
 
 def test_the_potentials_step_defaults_by_how_pi_is_shared():
-    # BENCHMARKS.md 8g: 0.003 with one pi per position (a quieter potential: MNIST's usage stops swinging),
+    # docs/lab/08.md#slower-potential: 0.003 with one pi per position (a quieter potential: MNIST's usage stops
+    # swinging),
     # 0.01 with a shared pi (at K = 8,192 the codes spread over the data three times faster).
     assert WassersteinQuantizer(num_codes=16, dim=4, num_positions=4).solver.potential_lr == 0.003
     assert WassersteinQuantizer(num_codes=16, dim=4).solver.potential_lr == 0.01
@@ -81,7 +82,8 @@ def test_the_potentials_step_defaults_by_how_pi_is_shared():
 
 
 def test_lambda_r_defaults_by_how_pi_is_shared_and_weighs_the_kl_term():
-    # BENCHMARKS.md 8c / 8k: 1 with one pi per position (lighter collapsed MNIST on one seed), 0.01 with a
+    # docs/lab/08.md#rd-k512-mnist, docs/lab/08.md#shared-pi-kl-weight: 1 with one pi per position (lighter collapsed
+    # MNIST on one seed), 0.01 with a
     # shared pi (no collapse at K = 512 or 8,192; better reconstruction at K = 8,192).
     z = torch.randn(8, 4, 2, 2)
     peaked = torch.softmax(torch.arange(16.0), 0)

@@ -4,7 +4,8 @@ default on a GPU) or through ``torch.compile`` (opt-in).
 VQ-WAE's training step does no-grad work beside the network's (the search for the nearest codes and the transport
 assignment, the potential's ascent, the transport codebook's EMAs, the split of dead cells, the batch's perplexity):
 about 110 small operators per step, each a kernel launch. On a GPU such a step is bound by launches, not
-arithmetic (BENCHMARKS.md section 30: on an H100 the quantizer's kernels run for 0.35 ms of a 5.4 ms step). The
+arithmetic (docs/lab/30-39.md#gpu-launch-bound: on an H100 the quantizer's kernels run for 0.35 ms of a 5.4 ms
+step). The
 work has no host synchronisation and static shapes, and all the state it writes lives in buffers registered at
 construction, at fixed addresses: the conditions for a CUDA graph.
 
@@ -16,10 +17,12 @@ construction, at fixed addresses: the conditions for a CUDA graph.
   intermediates reserved (the largest: the search's distance chunk, at most ``chunk_entries`` floats, 64 MiB by
   default; 8 MiB at K = 512 and batch 32 x 64 positions). The replay runs the captured kernels on the same
   addresses, so the state moves as eagerly (``tests/test_cuda_sync.py`` on a GPU). On an H100 the quantizer then
-  issues 55 launches per step against VQ-VAE's 58, and a training step costs 0.97-1.03x VQ-VAE's (section 40).
+  issues 55 launches per step against VQ-VAE's 58, and a training step costs 0.97-1.03x VQ-VAE's
+  (docs/lab/40-47.md#gpu-cuda-graph).
 * ``compile_update=True`` (opt-in, any device): ``torch.compile(fullgraph=True, dynamic=False)``, a few fused
   kernels; it costs 2-15 s of compilation per process, takes precedence, and measured slower than the graph on an
-  H100 (1.13x VQ-VAE's step against 1.00x; sections 30, 36, 40).
+  H100 (1.13x VQ-VAE's step against 1.00x; docs/lab/30-39.md#gpu-launch-bound, #h100-compile-update,
+  docs/lab/40-47.md#gpu-cuda-graph).
 
 Neither applies under DDP (the update's all-reduces sit inside it), inside a region the caller compiles or
 captures, or under a Python dispatch mode (an operator counter). A compile or a capture that fails warns once and

@@ -11,7 +11,8 @@ import torch
 SEARCH_CHUNK_ENTRIES = 1 << 24
 # On a CPU the passes over the distances (min, argmin) run at cache speed when a chunk fits in the cache, and at
 # memory speed when it does not: 2**19 entries (2 MiB) per chunk made the search at K = 8,192 over 2,048 latents
-# 1.5x faster on one core than one 64 MiB chunk, and changed nothing at K = 512 (BENCHMARKS.md section 13h).
+# 1.5x faster on one core than one 64 MiB chunk, and changed nothing at K = 512
+# (docs/lab/09-16.md#groupnorm-host-cheaper-split).
 CPU_CHUNK_ENTRIES = 1 << 19
 
 
@@ -31,7 +32,8 @@ def min_rows(dist: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``dist.min(-1)`` (values, first index of the minimum) of a contiguous (..., K) tensor, exactly.
 
     Written by hand because PyTorch's CPU reduction with an index runs one lane at a time: at K = 8,192 it took
-    14 ms over 2,048 rows where ``amin`` took 2.8 ms (one core; BENCHMARKS.md section 42). On a CPU the codes are
+    14 ms over 2,048 rows where ``amin`` took 2.8 ms (one core; docs/lab/40-47.md#cpu-search-blocks). On a CPU the
+    codes are
     reduced in blocks instead: the block minima by ``amin`` (vectorised), the first block holding the row's minimum,
     then the first index inside that block, 3x faster at K = 8,192 and 2x at K = 512 with the same values and the
     same indices, ties included (the first block with the minimum, then its first index). Elsewhere (a GPU's

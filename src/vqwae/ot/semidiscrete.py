@@ -53,7 +53,7 @@ def default_potential_lr(shared: bool) -> float:
     latents of a position for K codes (32 for 512 in the paper's setting), so a small step (0.003) averages its
     noise over more batches; 0.01 made MNIST's code usage swing by 150 between evaluations. One shared pi:
     B * M latents per step (2,048 for 8,192 codes), and the potential must move far before codes drawn from
-    one batch spread over the data; 0.003 slowed that spread by half at K = 8,192. BENCHMARKS.md section 8g."""
+    one batch spread over the data; 0.003 slowed that spread by half at K = 8,192. docs/lab/08.md#slower-potential."""
     return 0.01 if shared else 0.003
 
 
@@ -342,7 +342,8 @@ class SemiDiscreteSolver(Solver):
         and the latents held still: ``steps`` ascent steps on g from its current value (:func:`fit_potential`,
         batches of ``batch`` rows, a step decaying from ``lr``: 10x training's, as the latents hold still; the
         positions' shared component pooled as in training), then keep the result. Training's one step per batch
-        chases a codebook and an encoder that move; this converges the map they ended at (BENCHMARKS.md section 29)."""
+        chases a codebook and an encoder that move; this converges the map they ended at
+        (docs/lab/17-29.md#fit-steps)."""
         if not self.scale > 0:  # never stepped: the cost scale from these latents (a host read, once)
             self.scale.copy_(assign(x[:batch], codebook, None, self.chunk_entries)[2])
         g = fit_potential(x, codebook, pi, steps, lr, potential=self.code_potential(), batch=batch,

@@ -22,7 +22,8 @@ def draw_codebook(codebook: torch.Tensor, codes_drawn: torch.Tensor, flat: torch
     copies with a little noise. Each of the next batches then replaces N of those copies with its own latents, until
     all K codes are distinct latents (ceil(K / N) batches). Why not copies alone: a copy and its original share one
     transport cell, and the plan splits that cell between them only as fast as the potential learns to, which took
-    about 2,500 steps to spread 8,192 codes drawn from one batch of 2,048 latents (BENCHMARKS.md 8m, 8n). Under DDP
+    about 2,500 steps to spread 8,192 codes drawn from one batch of 2,048 latents
+    (docs/lab/08.md#k8192-rotation-off, docs/lab/08.md#k8192-codes-from-batches). Under DDP
     rank 0's batch decides: its count and its choice are broadcast, so ranks whose masks hold other counts draw in
     step."""
     dim = codebook.shape[1]

@@ -68,7 +68,8 @@ class PaperWassersteinQuantizer(Quantizer):
 
     kind = "paper-wasserstein"
     config_class = PaperWassersteinConfig
-    #: In a stack the WS pull (~50x the field's commitment) erased what the later levels encode (BENCHMARKS.md 21).
+    #: In a stack the WS pull (~50x the field's commitment) erased what the later levels encode
+    #: (docs/lab/17-29.md#residual-pull).
     residual_pull = 0.01
     #: State-dict layout (``upgrade_state_dict``): 2 the solver's state in ``solver``; 3 the data start's count
     #: always present.

@@ -7,7 +7,7 @@ Every level has its own codebook (and, for VQ-WAE, its own pi and solver state).
 one straight-through estimator for the whole stack (the gradient of z_q w.r.t. z is the identity), and each
 level's own loss terms (commitment, WS, ...) train the encoder through its residual. Residual VQ is where
 codebooks collapse in practice (the later levels quantize small, shrinking residuals): a Wasserstein level
-keeps every level's codebook in use by construction; BENCHMARKS.md measures it against
+keeps every level's codebook in use by construction; BENCHMARKS.md's residual table measures it against
 vector-quantize-pytorch's ResidualVQ.
 
     rq = ResidualQuantizer(lambda: WassersteinQuantizer(num_codes=256, dim=64, channel_last=True), num_levels=4)
@@ -18,7 +18,8 @@ The pull: each level's loss (commitment, WS) moves the encoder toward that level
 costs the decoder nothing (it receives the code, not the latent's place in its cell); in a stack it erases what the
 later levels would encode, the place of the latent inside the first levels' cells. So the levels' losses reach the
 encoder scaled by ``pull`` (their codebooks and pi learn at full weight); by default the levels' own
-``residual_pull``: 0.01 for Wasserstein levels, whose WS pull is ~50x the field's commitment (BENCHMARKS.md 21:
+``residual_pull``: 0.01 for Wasserstein levels, whose WS pull is ~50x the field's commitment
+(docs/lab/17-29.md#residual-pull:
 CIFAR-10 test MSE 0.00260 against 0.00467 at pull 1 and ResidualVQ's 0.00288), and 1 for the others, as
 SoundStream and ResidualVQ train.
 

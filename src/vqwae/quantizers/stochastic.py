@@ -23,7 +23,7 @@ stays a drop-in layer:
   The loss cannot depend on the encoder's overall scale, whatever it does during training.
 * ``"data"``: g fixed on the first training batch. The encoder can then shrink its latents under the fixed g,
   and on MNIST it did: within 250 steps the method saw them at RMS 0.05, where every posterior is uniform and
-  the decoder receives the codebook's mean; the run never left one code (BENCHMARKS.md section 10b).
+  the decoder receives the codebook's mean; the run never left one code (docs/lab/09-16.md#sqvae-latent-scale).
 * ``"none"`` (g = 1): sony/sqvae's quantizer exactly.
 """
 from __future__ import annotations

@@ -16,7 +16,8 @@ from vqwae.ot.histogram import code_histogram
 
 #: The most pairs of cells split in one step (K / 2 below K = 512; beyond, dead codes queue a few steps).
 SPLITS_PER_STEP = 256
-#: A code whose transported share falls below this fraction of pi_k is dead and is re-seeded (BENCHMARKS.md 13).
+#: A code whose transported share falls below this fraction of pi_k is dead and is re-seeded
+#: (docs/lab/09-16.md#host-zoo).
 SPLIT_DEAD = 0.1
 
 
@@ -175,7 +176,8 @@ class TransportCodebook(nn.Module):
         nearest-code share) moves to split the nearest-code cell with the largest summed error among those above the
         mean (the LBG split on the distortion the decoder sees). A crowd of identical latents (the blank patches of a
         sequence) holds pi's share of codes that all transport it at no cost, but only one of them is anybody's
-        nearest: W cannot move the others out (BENCHMARKS.md 28, 32); this does, and pi's mass moves with them."""
+        nearest: W cannot move the others out (docs/lab/17-29.md#sequence-blank-patches,
+        docs/lab/30-39.md#sequence-kl-weight); this does, and pi's mass moves with them."""
         ratio = self._share_over_pi(self.nearest_mass, pi)
         lo = torch.topk(ratio, self._pairs_per_step, largest=False).indices
         hi = torch.topk(self.nearest_error, self._pairs_per_step).indices

@@ -2,7 +2,7 @@
 solved to convergence on a set of latents once training has ended (both VQ-WAE quantizers, with that solver).
 
 Training steps the potential once per batch while the encoder and the codebook move under it, so the map's cells lag
-pi; held still, they converge (BENCHMARKS.md section 29)."""
+pi; held still, they converge (docs/lab/17-29.md#fit-steps)."""
 from __future__ import annotations
 
 import torch

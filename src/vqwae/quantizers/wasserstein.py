@@ -70,7 +70,8 @@ class WassersteinQuantizer(Quantizer):
     config_class = WassersteinConfig
     _options_elsewhere = (" (the paper's forms, solver, kl_reduction, codebook_init, global_batch and the solvers' "
                           "own, are PaperWassersteinQuantizer's)")
-    #: In a stack the WS pull (~50x the field's commitment) erased what the later levels encode (BENCHMARKS.md 21).
+    #: In a stack the WS pull (~50x the field's commitment) erased what the later levels encode
+    #: (docs/lab/17-29.md#residual-pull).
     residual_pull = 0.01
     #: State-dict layout. 1: solver state on the quantizer; 2: in the solver module; 3: the transport codebook's
     #: EMAs in ``transport`` (``upgrade_state_dict`` reads the older ones).

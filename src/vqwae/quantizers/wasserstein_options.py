@@ -29,9 +29,10 @@ QUANTIZE = ("nearest", "transport")
 
 def default_kl_weight(shared: bool) -> float:
     """lambda_r when none is given. One pi per position: 1, the paper's; 0.01 let MNIST's per-position pi
-    collapse on one seed (BENCHMARKS.md 8c). One shared pi: 0.01. It never collapsed there (K = 512 and
-    8,192, MNIST and CIFAR-10, 2 seeds each); at K = 512 it reconstructs as well as weight 1 (8i) and at
-    K = 8,192 better (8d, 8k)."""
+    collapse on one seed (docs/lab/08.md#rd-k512-mnist). One shared pi: 0.01. It never collapsed there (K = 512 and
+    8,192, MNIST and CIFAR-10, 2 seeds each); at K = 512 it reconstructs as well as weight 1
+    (docs/lab/08.md#rotation-off-vectorquantize) and at K = 8,192 better (docs/lab/08.md#rd-k8192-shared-pi,
+    docs/lab/08.md#shared-pi-kl-weight)."""
     return 0.01 if shared else 1.0
 
 
@@ -42,10 +43,12 @@ PULL_FULL_FROM, PULL_FLOOR = 4.0, 0.1
 def latents_per_code_pull(latents: int | torch.Tensor, num_codes: int) -> float | torch.Tensor:
     """The pull of ``pull=None``, from r = n / K, the real latents a training step hands the quantizer per code:
     1 (the full WS gradient) from r = 4, as at K = 512 with 32 images of 64 positions, where a lighter pull helped
-    some host networks and cost others (BENCHMARKS.md 22, 43); 0.1 from r = 1 down; in between (r / 4)^(log 10 /
+    some host networks and cost others (docs/lab/17-29.md#single-quantizer-pull, docs/lab/40-47.md#pull-per-latents);
+    0.1 from r = 1 down; in between (r / 4)^(log 10 /
     log 4), straight on a log-log scale (K = 1,024 with 2,048 latents: 0.32). At r <= 1, 0.1 reconstructed CIFAR-10
     better than the full pull in two networks (-13% to -26%) and level in the paper's, but MNIST worse in the
-    paper's network (+46% / +89% on two seeds at K = 2,048, section 43): an option, not the default. ``latents``
+    paper's network (+46% / +89% on two seeds at K = 2,048, docs/lab/40-47.md#pull-per-latents): an option, not the
+    default. ``latents``
     may be a tensor (a mask's count, on the device: no host read), and so is the pull then."""
     pull = (latents / max(num_codes, 1) / PULL_FULL_FROM) ** (math.log(1 / PULL_FLOOR) / math.log(PULL_FULL_FROM))
     if isinstance(pull, torch.Tensor):
@@ -58,11 +61,11 @@ class _SharedOptions:
     """The options both quantizers read: the loss's weights and pi."""
 
     ws_weight: float = option(3e-3, "vqwae: lambda, on sum_m W^m (the paper, --preset paper: 1e-3; "
-                              "BENCHMARKS.md section 5 measures both)", min=0)
+                              "docs/lab/01-07.md#ablation-departures measures both)", min=0)
     kl_weight: float | None = option(None, "vqwae: lambda_r, on sum_m KL(pi^m || U_K); None: "
                                      f"{default_kl_weight(shared=False)} with one pi per position (the paper), "
-                                     f"{default_kl_weight(shared=True)} with a shared pi (BENCHMARKS.md 8d, 8i, 8k)",
-                                     min=0)
+                                     f"{default_kl_weight(shared=True)} with a shared pi "
+                                     "(docs/lab/08.md#shared-pi-kl-weight)", min=0)
     pi_init: str = option("uniform", "vqwae: initial pi (peaked, gaussian: the controllability ablation)",
                           choices=PI_INITS)
     learn_pi: bool = option(True, "vqwae: learn pi (--fixed-pi keeps its initial value)", negative="fixed-pi")
@@ -78,14 +81,14 @@ class WassersteinOptions(_SharedOptions):
     pull: float | None = option(1.0, "vqwae: the scale of the gradient the WS term sends to the latents (the "
                                 "encoder's pull toward the codes; the codebook and pi learn at full weight); None: "
                                 "from the step's latents per code r = n / K, 1 from r = 4, 0.1 from r = 1 down "
-                                "(better on CIFAR-10 at K >= 2,048, worse on MNIST: BENCHMARKS.md 43; not the default)",
-                                min=0, max=1)
+                                "(better on CIFAR-10 at K >= 2,048, worse on MNIST: "
+                                "docs/lab/40-47.md#pull-per-latents; not the default)", min=0, max=1)
     codebook_decay: float = option(0.99, "vqwae: EMA decay of the transported counts and sums that place each code",
                                    min=0, below=1)
     split_unused: float = option(0.0, "vqwae, learned pi: a code that is the nearest code of less than this fraction "
                                  "of its share pi_k moves to split the nearest-code cell with the largest error: for "
                                  "crowds of identical latents such as a sequence's blank tokens (0: never; the "
-                                 "sequence recipe: BENCHMARKS.md section 46)", min=0, below=1)
+                                 "sequence recipe: docs/lab/40-47.md#split-unused)", min=0, below=1)
 
     def __post_init__(self):
         check_fields(self)
@@ -151,7 +154,8 @@ class PaperWassersteinConfig(PaperOptions, LatentShape):
 
 #: The options removed from VQ-WAE by issue #56, each with the value every run of today's code has: a run's identity
 #: still holds them at it (``VQWAEOptions.retired``), so that the reproduction's cache keys made before are found.
-#: Their findings are in BENCHMARKS.md with the commit that removed them. None: the option was left out of a run's
+#: Their findings are in the lab notebook (docs/lab/) with the commit that removed them (88288fc). None: the option
+#: was left out of a run's
 #: identity at the value every run has (pull_target, pull_rms, potential_steps), so nothing is added for it.
 RETIRED = {"pi_floor": 0.0, "potential_lr": None, "potential_pooling": 4.0, "scale_decay": 0.9, "split_dead": 0.1}
 RETIRED_UNREAD = ("pull_target", "pull_rms", "potential_steps")
@@ -166,14 +170,16 @@ class VQWAEOptions(PaperOptions, WassersteinOptions):
                                   "the latents the OT map sends it) or gradient (PaperWassersteinQuantizer: the "
                                   "optimiser steps it on the WS term, the paper)", choices=CODEBOOK_UPDATES)
     fit_steps: int = option(0, "vqwae semidiscrete: when training ends, ascent steps that solve the transport map's "
-                            "potential on the training latents with the network held still (0: none; BENCHMARKS.md "
-                            "section 29; a schedule: a finished run resumed with it fits its saved weights)", min=0,
+                            "potential on the training latents with the network held still (0: none; "
+                            "docs/lab/17-29.md#fit-steps; a schedule: a finished run resumed with it fits its saved "
+                            "weights)", min=0,
                             role=SCHEDULE)
     compile_update: bool = option(False, "vqwae: run the quantizer's own no-grad work per training step through "
                                   "torch.compile (2-15 s of compilation; on an H100 slower than graph_update: "
-                                  "BENCHMARKS.md 40)", role=WHERE)
+                                  "docs/lab/40-47.md#gpu-cuda-graph)", role=WHERE)
     graph_update: bool = option(True, "vqwae on a CUDA device: replay that no-grad work as a CUDA graph, one launch "
-                                "instead of ~110 (vqwae.fused; not under DDP; BENCHMARKS.md section 40)", role=WHERE)
+                                "instead of ~110 (vqwae.fused; not under DDP; docs/lab/40-47.md#gpu-cuda-graph)",
+                                role=WHERE)
     chunk_entries: int = option(CHUNK_ENTRIES, "vqwae semidiscrete: (latent, code) distances materialised at once",
                                 min=1)
 

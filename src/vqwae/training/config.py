@@ -60,12 +60,13 @@ PRESETS: dict[str, dict] = {
     # pi, gradient codebook): the reproduction's ablations at the cpu budget, where exact OT is too slow. Its
     # codebook starts from the data: from the N(0, 1) start the encoder's first latents are a near-point mass far
     # from every code, which exact OT splits over all codes (a fractional plan) but a semi-discrete transport map
-    # sends whole to one code per step, so it never leaves perplexity 1 (BENCHMARKS.md section 11).
+    # sends whole to one code per step, so it never leaves perplexity 1 (docs/lab/09-16.md#paper-fast).
     "paper-fast": dict(_PAPER, solver="semidiscrete", codebook_init="data"),
     # What vqwae ships: every option at its default (named so a run can record that it used exactly them).
     "default": {},
     # The field's VQ-VAE (SoundStream, EnCodec, vector-quantize-pytorch's VectorQuantize(kmeans_init=True,
-    # threshold_ema_dead_code=2)): EMA codebook, k-means start, dead-code expiry; BENCHMARKS.md 13e checks it
+    # threshold_ema_dead_code=2)): EMA codebook, k-means start, dead-code expiry;
+    # docs/lab/09-16.md#field-vq-vs-vector-quantize-pytorch checks it
     # against vector-quantize-pytorch.
     "field-vq": dict(model="vqvae", ema=True, vq_init="kmeans", dead_code_threshold=2.0),
     # The paper's FFHQ row (Table 1): VQGAN's network and losses (taming's faces configuration: f = 16,
@@ -83,7 +84,7 @@ PRESETS: dict[str, dict] = {
 class QuantizerOptions(CodebookShape):
     shared_pi: bool = option(True, "vqwae: one pi for all positions (the authors' 'global' variant, the drop-in "
                              "quantizer's default); --per-position-pi: one pi per latent position (the paper's, "
-                             "--preset paper; BENCHMARKS.md section 34)", negative="per-position-pi")
+                             "--preset paper; docs/lab/30-39.md#train-shared-pi)", negative="per-position-pi")
     vqwae: VQWAEOptions = section(VQWAEOptions)
     vqvae: VectorOptions = section(VectorOptions)
     sqvae: StochasticOptions = section(StochasticOptions)
@@ -118,7 +119,8 @@ class RunOptions:
                                  "busy when training starts)", min=1, role=WHERE)
     compile: bool = option(False, "torch.compile the autoencoder's training forward and backward (inductor; the "
                            "optimiser and evaluation stay eager): on an H100 VQ-WAE's step went from 1.41x to 1.17x "
-                           "VQ-VAE's (BENCHMARKS.md section 30); compiling takes seconds to a minute per process",
+                           "VQ-VAE's (docs/lab/30-39.md#gpu-launch-bound); compiling takes seconds to a minute per "
+                           "process",
                            role=WHERE)
     preset: str | None = option(None, "the preset applied (recorded for provenance)")
 

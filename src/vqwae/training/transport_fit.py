@@ -1,6 +1,6 @@
 """The transport map's fit once training has ended (the ``fit_steps`` option): the saved weights' map solved on the
 training latents with the network held still (``WassersteinQuantizer.fit_transport``), which training's one potential
-step per batch never reaches (BENCHMARKS.md section 29)."""
+step per batch never reaches (docs/lab/17-29.md#fit-steps)."""
 from __future__ import annotations
 
 from pathlib import Path
