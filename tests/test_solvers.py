@@ -136,3 +136,34 @@ def test_a_format_2_model_of_the_transport_codebook_loads_and_gives_the_same_out
     (tmp_path / "model_config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="pi_floor=0.2"):
         VQAutoencoder.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("solver", ["sinkhorn", "dual"])
+def test_the_entropic_solvers_stay_finite_on_a_constant_batch(solver):
+    """A batch of identical latents (all zeros, or any constant) drawn into the codebook has zero cost: the
+    solvers' eps is floored, and a non-finite step would leave the state as it was, so no state turns NaN and the
+    next batches train as usual."""
+    q = PaperWassersteinQuantizer(num_codes=8, dim=4, channel_last=True, solver=solver).train()
+    for z in (torch.zeros(4, 6, 4), torch.full((4, 6, 4), 3.0), torch.randn(4, 6, 4)):
+        z.requires_grad_(True)
+        out = q(z)
+        out.loss.backward()
+        assert torch.isfinite(out.loss) and torch.isfinite(z.grad).all()
+        assert all(torch.isfinite(v.float()).all() for v in q.state_dict().values())
+
+
+def test_non_finite_options_and_latents_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="ws_weight must be a finite number, got inf"):
+        WassersteinQuantizer(num_codes=8, dim=4, ws_weight=float("inf"))
+    with pytest.raises(ValueError, match="needs epsilon > 0"):
+        PaperWassersteinQuantizer(num_codes=8, dim=4, solver="sinkhorn", epsilon=0.0)
+    q = WassersteinQuantizer(num_codes=8, dim=4, channel_last=True)
+    q(torch.randn(4, 6, 4))
+    potential = q.solver.potential.clone()
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        q.fit_transport(torch.full((4, 6, 4), float("nan")), 5)
+    assert torch.equal(q.solver.potential, potential)
+    from vqwae.quantizers import ResidualQuantizer
+
+    with pytest.raises(TypeError, match="floating point, got torch.int64"):
+        ResidualQuantizer(lambda: WassersteinQuantizer(num_codes=8, dim=4), 2)(torch.ones(2, 4, 3, dtype=torch.long))

@@ -242,8 +242,8 @@ def check_fields(config) -> None:
         if meta["choices"] is not None and value not in meta["choices"]:
             raise ValueError(f"unknown {f.name} {value!r}; valid: {', '.join(map(repr, meta['choices']))}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            if isinstance(value, float) and math.isnan(value):
-                raise ValueError(f"{f.name} must be a number, got nan")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{f.name} must be a finite number, got {value}")
             lo, hi, below = meta["min"], meta["max"], meta["below"]
             if (lo is not None and value < lo) or (hi is not None and value > hi) or (below is not None and value >= below):
                 raise ValueError(f"{f.name} must be {_range_text(lo, hi, below)}, got {value}")

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from vqwae.ot.cost import squared_distances
+from vqwae.ot.sinkhorn import EPS_FLOOR
 from vqwae.ot.transport import Solver, Transport, positions_as_groups
 
 
@@ -74,6 +75,8 @@ class KantorovichPotential(nn.Module):
                 grads = [t.view_as(g) for t, g in zip(packed.split([g.numel() for g in grads]), grads)]
                 for _, p in params:
                     p.requires_grad_(False)
+            finite = torch.stack([torch.isfinite(g).all() for g in grads]).all()  # on the device: no host read
+            grads = [torch.where(finite, g, torch.zeros_like(g)) for g in grads]  # a NaN step moves nothing
             self.adam_step += 1
             t = int(self.adam_step)
             for (name, p), grad in zip(params, grads):
@@ -96,7 +99,7 @@ class DualSolver(Solver):
     def forward(self, flat, codebook, log_pi, *, update) -> Transport:
         x = positions_as_groups(flat, self.shared)  # (G, N, D)
         cost = squared_distances(x, codebook)  # (G, N, K), differentiable
-        eps = self.epsilon * cost.detach().mean()
+        eps = self.epsilon * cost.detach().mean().clamp_min(EPS_FLOOR)  # a constant batch's cost is 0
         if update:
             self.phi.ascend(cost, log_pi, codebook, eps, self.iterations, reduce=self.all_reduce_mean)
         return Transport(value=semi_dual(cost, log_pi, self.phi(codebook), eps).sum())

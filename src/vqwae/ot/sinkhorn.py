@@ -75,6 +75,10 @@ def entropic_ot_value(cost: torch.Tensor, log_b: torch.Tensor, eps: float, **kw)
     return res.f.mean(-1) + (res.g * log_b.exp()).sum(-1)
 
 
+#: The smallest mean cost eps is relative to (a constant batch has zero cost): the sinkhorn and dual solvers' floor.
+EPS_FLOOR = 1e-12
+
+
 class SinkhornSolver(Solver):
     """Entropic OT per group, batched; the plan's transport cost is the WS estimate (see ``plan_value``)."""
 
@@ -88,12 +92,14 @@ class SinkhornSolver(Solver):
         x = positions_as_groups(flat, self.shared)  # (G, N, D)
         with torch.no_grad():
             cost = squared_distances(x.detach(), codebook.detach())
-            eps = self.epsilon * cost.mean()
+            # floored: latents all on one code (a constant batch) have zero cost, and eps 0 would make the plan NaN
+            eps = self.epsilon * cost.mean().clamp_min(EPS_FLOOR)
             init = self.potential if self.warm_start else None
             res = sinkhorn_log(cost, log_pi, eps, max_iter=self.iterations, tol=self.tol, init_g=init)
             plan, v = res.plan, res.g - res.g.mean(-1, keepdim=True)
             if update and self.warm_start:  # the ranks' mean under DDP: every rank warm-starts alike
-                self.potential.copy_(self.all_reduce_mean(res.g.clone()))
+                g = self.all_reduce_mean(res.g.clone())
+                self.potential.copy_(torch.where(torch.isfinite(g).all(), g, self.potential))  # never a NaN state
         return Transport(value=plan_value(plan, v, x, codebook, log_pi), plan=plan)
 
     @torch.no_grad()

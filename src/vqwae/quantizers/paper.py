@@ -207,6 +207,7 @@ class PaperWassersteinQuantizer(Quantizer):
         """Solve the semidiscrete transport map on the latents z with the codebook and pi held
         (:func:`vqwae.quantizers.transport_map.fit_transport`)."""
         solver = self._semidiscrete("fit_transport")
+        self.check_finite(z)  # NaN latents would leave a NaN potential
         flat = self.flatten(z)
         self._check_positions(flat)
         return fit_transport(solver, self.embedding, self.pi, flat, steps, generator)

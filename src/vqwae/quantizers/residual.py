@@ -76,6 +76,8 @@ class ResidualQuantizer(nn.Module):
                 compute_loss: bool | None = None) -> ResidualOutput:
         """Quantize z (the levels' layout) with the first ``num_levels`` levels (default: all, or a random
         number of them in training with ``dropout``). ``mask`` goes to every level (see the quantizers)."""
+        if isinstance(z, torch.Tensor) and not z.is_floating_point():  # the pull's arithmetic would make it float
+            raise TypeError(f"latents must be floating point, got {z.dtype}")
         n = self._levels_for_call(num_levels)
         residual, total = z, None
         indices, perplexity, losses = [], [], {}

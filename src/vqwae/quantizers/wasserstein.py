@@ -263,6 +263,7 @@ class WassersteinQuantizer(Quantizer):
     def fit_transport(self, z: torch.Tensor, steps: int, generator: torch.Generator | None = None) -> dict:
         """Solve the transport map on the latents ``z`` (a training set's encoder outputs) with the codebook and pi
         held: see :func:`vqwae.quantizers.transport_map.fit_transport`."""
+        self.check_finite(z)  # NaN latents would leave a NaN potential
         flat = self.flatten(z)
         self._check_positions(flat)
         return fit_transport(self.solver, self.embedding, self.pi, flat, steps, generator)
