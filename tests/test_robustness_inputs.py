@@ -204,3 +204,11 @@ def test_encode_takes_the_split_as_the_run_defined_it(run, tmp_path):
     r = invoke(["encode", run, "--split", "train", "--out", tmp_path / "c.safetensors", *CPU])
     assert r.exit_code == 0, r.output
     assert len(CodesDataset(tmp_path / "c.safetensors")) == 64  # the run's train_limit, as prior train reads it
+
+
+def test_a_preset_in_a_config_file_is_applied_as_preset_is(tmp_path):
+    """(item 3, fixed in TrainConfig.resolve): ``preset: paper`` in --config trains what --preset paper trains."""
+    (tmp_path / "c.yaml").write_text("preset: paper\n")
+    from_file = TrainConfig.resolve(config_file=tmp_path / "c.yaml", out="x").to_flat()
+    assert from_file == TrainConfig.resolve(preset="paper", out="x").to_flat()
+    assert from_file != TrainConfig.resolve(out="x").to_flat()
