@@ -58,3 +58,25 @@ def test_a_loaded_model_is_in_eval_mode_and_running_it_changes_nothing(tmp_path)
         a, b = r(x)[0], r(x)[0]
     assert torch.equal(a, b) and first.shape == (4, 1, 32, 32)
     assert all(torch.equal(v, before[k]) for k, v in r.state_dict().items())
+
+
+def test_images_and_code_grids_of_another_size_are_refused_naming_the_networks():
+    m = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", num_codes=16).eval()
+    with pytest.raises(ValueError, match=r"images of 31x31, but the network takes 32x32 \(its code grid: 8x8\)"):
+        m.encode(torch.rand(2, 1, 31, 31))
+    with pytest.raises(ValueError, match=r"code grids of \(3, 3\), but the network makes 8x8 grids from 32x32"):
+        m.decode_indices(torch.zeros(2, 3, 3, dtype=torch.long))
+    assert m.decode_indices(m.encode(torch.rand(2, 1, 32, 32))).shape == (2, 1, 32, 32)
+
+
+@pytest.mark.parametrize("kind", ["wasserstein", "stochastic"])
+def test_latents_that_overflow_the_distances_leave_the_state_finite(kind):
+    """Latents around 1e20 overflow float32 squared distances: the step may not learn from them, but no buffer
+    stores a non-finite value, and the next ordinary batch trains as usual."""
+    from vqwae.quantizers import build_quantizer
+
+    q = build_quantizer(kind, num_codes=8, dim=4, channel_last=True).train()
+    q(torch.randn(4, 6, 4))
+    for z in (torch.full((4, 6, 4), 1e20), torch.randn(4, 6, 4)):
+        q(z)
+        assert all(torch.isfinite(v.float()).all() for v in q.state_dict().values()), kind

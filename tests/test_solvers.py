@@ -167,3 +167,9 @@ def test_non_finite_options_and_latents_are_refused_in_one_line():
 
     with pytest.raises(TypeError, match="floating point, got torch.int64"):
         ResidualQuantizer(lambda: WassersteinQuantizer(num_codes=8, dim=4), 2)(torch.ones(2, 4, 3, dtype=torch.long))
+
+
+def test_the_exact_solver_names_latents_that_overflow_the_distances():
+    q = PaperWassersteinQuantizer(num_codes=8, dim=4, channel_last=True, solver="exact", codebook_init="normal")
+    with pytest.raises(ValueError, match="not finite .* scale the latents"):
+        q(torch.full((4, 6, 4), 1e20))

@@ -71,6 +71,10 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
         channels = self.network_config.in_channels if self.network_config is not None else None
         if channels is not None and x.shape[1] != channels:
             raise ValueError(f"images have {x.shape[1]} channels but the network takes {channels}")
+        side = self.image_size
+        if side is not None and tuple(x.shape[-2:]) != (side, side):
+            raise ValueError(f"images of {x.shape[-2]}x{x.shape[-1]}, but the network takes {side}x{side} (its code "
+                             f"grid: {self._grid_side}x{self._grid_side})")
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, QuantizerOutput]:
         """Images (B, C, S, S) in [0, 1] -> (reconstructions, the quantizer's output)."""
@@ -93,7 +97,16 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
     def decode_indices(self, indices: torch.Tensor) -> torch.Tensor:
         """Code indices as ``encode`` returns them, (B, h, w) or (B, h, w, L) -> images (B, C, S, S); in eval mode
         ``decode_indices(encode(x))`` equals ``model(x)[0]`` exactly."""
+        grid = self._grid_side
+        if grid is not None and tuple(indices.shape[1:3]) != (grid, grid):
+            raise ValueError(f"code grids of {tuple(indices.shape[1:3])}, but the network makes {grid}x{grid} grids "
+                             f"from {self.image_size}x{self.image_size} images")
         return self.decoder(self.quantizer.indices_to_latents(indices))
+
+    @property
+    def _grid_side(self) -> int | None:
+        """The side of the code grid the network makes (None without a network config)."""
+        return None if self.image_size is None else self.image_size // self.network_config.factor
 
     # ---- persistence (PretrainedMixin) -----------------------------------------------------------------
     def config_dict(self) -> dict:

@@ -31,6 +31,9 @@ def exact_plans(cost: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torc
 
     g, n, k = cost.shape
     cost64 = cost.detach().to("cpu", torch.float64).numpy()
+    if not np.isfinite(cost64).all():
+        raise ValueError("exact OT: the latents' squared distances to the codes are not finite (latents of size ~1e19 "
+                         "or more overflow float32); scale the latents")
     b64 = b.detach().to("cpu", torch.float64).numpy()
     a = np.full(n, 1.0 / n)
     plans = np.empty((g, n, k))

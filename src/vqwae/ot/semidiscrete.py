@@ -333,7 +333,8 @@ class SemiDiscreteSolver(Solver):
         # First step: the scale starts at this batch's error (no sync: torch.where on device).
         ema = self.scale * SCALE_DECAY + err * (1 - SCALE_DECAY)
         scale = torch.where(self.scale > 0, ema, err)
-        self.scale.copy_(scale if live is None else torch.where(live, scale, self.scale))
+        keep = torch.isfinite(scale) if live is None else live & torch.isfinite(scale)
+        self.scale.copy_(torch.where(keep, scale, self.scale))  # an overflowing batch (latents ~1e19) leaves it
 
     @torch.no_grad()
     def fit(self, x: torch.Tensor, codebook: torch.Tensor, pi: torch.Tensor, steps: int, batch: int,

@@ -38,7 +38,7 @@ class CodebookShape:
     """The codebook's size, shared by every quantizer's config (the method's own options come from a
     second base class, e.g. ``WassersteinOptions``, which is what a training config holds)."""
 
-    num_codes: int = option(512, "K, the number of codewords", min=1)
+    num_codes: int = option(512, "K, the number of codewords", min=1, max=1 << 20)
     dim: int = option(64, "D, the codeword (and latent) dimension", min=1)
 
     def __post_init__(self):

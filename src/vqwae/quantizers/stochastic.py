@@ -121,11 +121,12 @@ class StochasticQuantizer(Quantizer):
         with torch.no_grad():
             running = torch.lerp(1 / self.latent_gain, rms, 1 - SCALE_DECAY)
             gain = 1 / torch.where(self.gain_initialized, running, rms)
+            ok = torch.isfinite(gain) & (gain > 0)  # an overflowing batch leaves the gain as it was
             if keep is None:
-                self.latent_gain.copy_(gain)
+                self.latent_gain.copy_(torch.where(ok, gain, self.latent_gain))
                 self.gain_initialized.fill_(True)
             else:
-                self.latent_gain.copy_(torch.where(live, gain, self.latent_gain))
+                self.latent_gain.copy_(torch.where(live & ok, gain, self.latent_gain))
                 self.gain_initialized.logical_or_(live)
         return 1 / rms
 

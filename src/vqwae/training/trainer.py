@@ -247,6 +247,7 @@ class _Training:
 
     def _restore(self, path: Path) -> None:
         state = checkpoint.load_state(path)
+        checkpoint.check_same_run(state, path, self.cfg.to_dict())  # the configuration this call was given
         try:
             self.model.load_state_dict(state["model"])
         except RuntimeError as e:
