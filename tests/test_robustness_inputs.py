@@ -164,7 +164,7 @@ IMPOSSIBLE = {
                                                        "--max-steps", "1", "--hidden", "8", "--layers", "2", *CPU],
                                          ["cannot write", "too long"]),
     "train --num-codes 10^12": (lambda r, t: ["train", "--out", t / "a", *TINY[:-4], "--num-codes", str(10 ** 12),
-                                              "--device", "cpu"], ["num_codes", "at most"]),
+                                              "--device", "cpu"], ["num_codes", "<= 1048576"]),
     "train --lr inf": (lambda r, t: ["train", "--out", t / "a", *TINY, "--lr", "inf"], ["lr", "finite"]),
     "train --ws-weight inf": (lambda r, t: ["train", "--out", t / "a", *TINY, "--ws-weight", "inf"],
                               ["ws_weight", "finite"]),

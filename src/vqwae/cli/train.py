@@ -2,7 +2,6 @@
 --preset fill in the rest. Precedence: defaults < --preset < --config < flags."""
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -57,21 +56,9 @@ def train_command(
                    f"-> {result.run_dir}")
 
 
-#: The largest codebook a run may ask for: 2^20 codes of dimension 64 are 256 MB with as much again for their
-#: transport state, already beyond any setting measured; 10^12 would fail deep in the allocator.
-MAX_CODES = 1 << 20
-
-
 def _check_bounds(cfg: TrainConfig) -> None:
-    """What the configuration's own checks leave open: a number that is not finite (--lr inf, ws_weight: .inf),
-    a codebook too large to allocate, a device that holds no data (meta)."""
-    flat = cfg.to_flat()
-    for name, value in flat.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            fail(f"{name} must be a finite number, got {value}")
-    k = flat.get("num_codes")
-    if isinstance(k, int) and k > MAX_CODES:
-        fail(f"num_codes must be at most {MAX_CODES:,}, got {k:,}")
+    """What the configuration's own checks (finite numbers, num_codes <= 2^20: ``vqwae.options.check_fields``) leave
+    open: a device that holds no data (meta)."""
     device = str(cfg.run.device)
     if device != "auto":
         try:

@@ -38,6 +38,8 @@ class CodebookShape:
     """The codebook's size, shared by every quantizer's config (the method's own options come from a
     second base class, e.g. ``WassersteinOptions``, which is what a training config holds)."""
 
+    # at most 2^20: 2^20 codes of dimension 64 are 256 MB with as much again for their transport state, beyond any
+    # setting measured; 10^12 would fail deep in the allocator
     num_codes: int = option(512, "K, the number of codewords", min=1, max=1 << 20)
     dim: int = option(64, "D, the codeword (and latent) dimension", min=1)
 
