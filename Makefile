@@ -16,8 +16,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/vqwae demo --out runs/demo
 
+# Two workers (the machines have 2 cores); each test file runs whole on one worker, so a module's fixture (the
+# reproduction's smoke run) is built once. `$(PY) -m pytest -q tests/FILE.py` runs one file serially.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 docs: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[docs]"
