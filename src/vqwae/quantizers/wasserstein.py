@@ -185,13 +185,14 @@ class WassersteinQuantizer(Quantizer):
                                                                         self.training)
         flat_q = self.straight_through(flat, codes)
         pulled = latents_by_group(self._pulled(flat, keep), self.solver.shared)  # (N, G, D)
+        # "ws": lambda * sum_m W(z^m, P_{c, pi^m}), the batch's semi-dual (Eq. (8) at eps -> 0) at the step's potential
         losses = {}
         if keep is None:
             losses["ws"] = self._scaled(semi_dual_from(pulled, c_a, g_at, g, log_pi), flat.shape[1])
         else:
             weights, per_sample, any_real = masked
             losses["ws"] = self._scaled(semi_dual_from(pulled, c_a, g_at, g, log_pi, weights), per_sample)
-        if cfg.learn_pi and self.kl_weight:
+        if cfg.learn_pi and self.kl_weight:  # "kl": lambda_r * sum_m KL(pi^m || U_K), Eq. (7)'s third term
             kl = self.kl_weight * kl_to_uniform(log_pi)
             losses["kl"] = kl if keep is None else kl * any_real  # a batch of padding only has no loss
         return self._output(z, flat_q, indices, losses, perplexity=perplexity)
