@@ -38,12 +38,16 @@ def checksums(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("robust") / "run"
+def train_tiny(out: Path) -> Path:
+    """A one-epoch run on 64 digits, K = 16: the run folder the robustness tests try their inputs on."""
     train(TrainConfig.resolve(out=str(out), epochs=1, dataset="digits", train_limit=64, eval_limit=32, num_codes=16,
                               device="cpu"))
     return out
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    return train_tiny(tmp_path_factory.mktemp("robust") / "run")
 
 
 def one_line_error(result, *needles: str) -> str:

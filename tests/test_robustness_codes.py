@@ -14,12 +14,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.test_robustness import checksums, invoke, one_line_error
+from tests.test_robustness import train_tiny, checksums, invoke, one_line_error
 from vqwae.data import CodesDataset
 from vqwae.data.codes import CodesMeta, save_codes
 from vqwae.prior import PixelCNNConfig
 from vqwae.prior.train import train_prior
-from vqwae.training import TrainConfig, train
 
 CPU = ["--device", "cpu", "--threads", "1"]
 PRIOR = ["--hidden", "8", "--layers", "2", "--epochs", "1", "--max-steps", "2", *CPU]
@@ -27,9 +26,7 @@ PRIOR = ["--hidden", "8", "--layers", "2", "--epochs", "1", "--max-steps", "2", 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("codes") / "run"
-    train(TrainConfig.resolve(out=str(out), epochs=1, dataset="digits", train_limit=64, eval_limit=32, num_codes=16,
-                              device="cpu"))
+    out = train_tiny(tmp_path_factory.mktemp("codes") / "run")
     r = invoke(["encode", out, "--split", "train", "--out", out.parent / "good.safetensors", "--limit", "6", *CPU])
     assert r.exit_code == 0, r.output
     return out

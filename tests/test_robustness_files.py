@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.test_robustness import TINY, checksums, invoke, one_line_error
+from tests.test_robustness import train_tiny, TINY, checksums, invoke, one_line_error
 from vqwae.figures.image_folder import save_image_folder
 from vqwae.models import VQAutoencoder
 from vqwae.runs import layout
@@ -32,9 +32,7 @@ def _ok(result):
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("files") / "run"
-    train(TrainConfig.resolve(out=str(out), epochs=1, dataset="digits", train_limit=64, eval_limit=32, num_codes=16,
-                              device="cpu"))
+    out = train_tiny(tmp_path_factory.mktemp("files") / "run")
     _ok(invoke(["prior", "train", out, *PRIOR]))
     _ok(invoke(["encode", out, "--out", out.parent / "codes.safetensors", "--limit", "6", *CPU]))
     return out

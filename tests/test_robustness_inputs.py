@@ -11,25 +11,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from tests.test_robustness import TINY, checksums, invoke, one_line_error
+from tests.test_robustness import TINY, checksums, invoke, one_line_error, train_tiny
 from vqwae.data import CodesDataset, load_splits
 from vqwae.data.images import list_images, scan_class_tree
 from vqwae.models import VQAutoencoder
 from vqwae.runs import layout
-from vqwae.training import TrainConfig, train
+from vqwae.training import TrainConfig
 
 CPU = ["--device", "cpu", "--threads", "1"]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("inputs") / "run"
-    train(TrainConfig.resolve(out=str(out), epochs=1, dataset="digits", train_limit=64, eval_limit=32, num_codes=16,
-                              device="cpu"))
+    out = train_tiny(tmp_path_factory.mktemp("inputs") / "run")
     return out
 
 

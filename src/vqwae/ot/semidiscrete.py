@@ -38,7 +38,7 @@ import torch.distributed as dist
 from vqwae.fused import fused_update
 from vqwae.ot.cost import chunk_rows, min_rows
 from vqwae.ot.histogram import code_histogram
-from vqwae.ot.transport import Solver, Transport, keep_by_group, latents_by_group
+from vqwae.ot.transport import Solver, Transport, latents_by_group
 
 # Largest number of (latent, code) entries materialised at once (64 MiB of float32), whatever K and N.
 CHUNK_ENTRIES = 1 << 24
@@ -287,11 +287,11 @@ class SemiDiscreteSolver(Solver):
         ``assignment``: the batch's search (``assign_batch``) when the caller has made it already."""
         xg = latents_by_group(flat, self.shared)  # (N, G, D)
         x = xg.detach()
-        nearest, assigned, min_sum, g = self.assign_batch(x, codebook.detach()) if assignment is None else assignment
+        _, assigned, min_sum, g = self.assign_batch(x, codebook.detach()) if assignment is None else assignment
         value = semi_dual_value(xg, codebook, assigned, g, log_pi)
         if update:
             self.update_state(x, assigned, None, min_sum, log_pi.detach())
-        return Transport(value=value, assigned=assigned, nearest=nearest)
+        return Transport(value=value, assigned=assigned)
 
     @fused_update
     def update_state(self, x: torch.Tensor, assigned: torch.Tensor, keep: torch.Tensor | None, min_sum: torch.Tensor,

@@ -28,7 +28,6 @@ class Transport:
     value: torch.Tensor  # () sum over groups of the W estimate, differentiable
     plan: torch.Tensor | None = None  # (G, N, K) for the latents as (G, N, D) groups; rows sum to 1/N (exact, sinkhorn)
     assigned: torch.Tensor | None = None  # (N, G) each latent's code under the transport map (semidiscrete)
-    nearest: torch.Tensor | None = None  # (N, G) each latent's nearest code, from the same search (semidiscrete)
 
 
 def positions_as_groups(flat: torch.Tensor, shared: bool) -> torch.Tensor:

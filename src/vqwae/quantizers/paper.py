@@ -25,19 +25,16 @@ at N(0, 1), as the authors' (``codebook_init="normal"``), or from the data.
 from __future__ import annotations
 
 import torch
-from torch import nn
 from torch.distributed.nn.functional import all_gather
 import torch.nn.functional as F
 
 from vqwae.distributed import is_distributed
-from vqwae.ot import SemiDiscreteSolver, build_solver
+from vqwae.ot import build_solver
 from vqwae.ot.transport import latents_by_group
-from vqwae.quantizers.base import Quantizer, QuantizerOutput, fp32
-from vqwae.quantizers.data_start import draw_codebook
-from vqwae.quantizers.pi import check_positions, checked_pi, initial_pi, kl_to_uniform
-from vqwae.quantizers.transport_map import fit_transport, transport_map
-from vqwae.quantizers.upgrade import upgrade_state_dict
-from vqwae.quantizers.wasserstein_options import PaperWassersteinConfig, default_kl_weight
+from vqwae.quantizers.base import QuantizerOutput, fp32
+from vqwae.quantizers.pi import kl_to_uniform
+from vqwae.quantizers.wasserstein_base import WassersteinBase
+from vqwae.quantizers.wasserstein_options import PaperWassersteinConfig
 
 
 class _ContiguousGrad(torch.autograd.Function):
@@ -53,7 +50,7 @@ class _ContiguousGrad(torch.autograd.Function):
         return grad.contiguous()
 
 
-class PaperWassersteinQuantizer(Quantizer):
+class PaperWassersteinQuantizer(WassersteinBase):
     """The paper's VQ-WAE quantizer (see the module docstring), for latents (B, D, *positions) or, with
     ``channel_last=True``, (B, *positions, D).
 
@@ -68,64 +65,11 @@ class PaperWassersteinQuantizer(Quantizer):
 
     kind = "paper-wasserstein"
     config_class = PaperWassersteinConfig
-    #: In a stack the WS pull (~50x the field's commitment) erased what the later levels encode
-    #: (docs/lab/17-29.md#residual-pull).
-    residual_pull = 0.01
-    #: State-dict layout (``upgrade_state_dict``): 2 the solver's state in ``solver``; 3 the data start's count
-    #: always present.
-    _version = 3
+    trains_codebook = True  # the optimiser steps it on the WS term (and it starts at N(0, 1), as the authors')
 
     def __init__(self, config: PaperWassersteinConfig | None = None, **options):
         super().__init__(config, **options)
-        cfg = self.config
-        self.groups = 1 if cfg.num_positions is None else cfg.num_positions
-        self.kl_weight = default_kl_weight(cfg.num_positions is None) if cfg.kl_weight is None else cfg.kl_weight
-        self.embedding = nn.Parameter(torch.randn(cfg.num_codes, cfg.dim))  # N(0, 1), as the authors'
-        beta = initial_pi(cfg.pi_init, self.groups, cfg.num_codes).log()
-        if cfg.learn_pi:
-            self.beta = nn.Parameter(beta)
-        else:
-            self.register_buffer("beta", beta)
-        # codebook_init="data": set once every codeword has been drawn from training latents, and how many have been
-        self.register_buffer("codebook_initialized", torch.zeros((), dtype=torch.bool))
-        self.register_buffer("codes_drawn", torch.zeros((), dtype=torch.long))
-        self.solver = build_solver(cfg, self.groups)
-
-    @property
-    def codebook(self) -> torch.Tensor:
-        return self.embedding
-
-    def set_runtime(self, *, graph_update: bool | None = None, compile_update: bool | None = None,
-                    chunk_entries: int | None = None) -> "PaperWassersteinQuantizer":
-        """As ``WassersteinQuantizer.set_runtime``; only the semidiscrete solver has such settings."""
-        if isinstance(self.solver, SemiDiscreteSolver):
-            for name, value in (("graph_update", graph_update), ("compile_update", compile_update),
-                                ("chunk_entries", chunk_entries)):
-                if value is not None:
-                    setattr(self.solver, name, type(getattr(self.solver, name))(value))
-        return self
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
-        upgrade_state_dict(state_dict, prefix, self)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
-
-    def log_pi(self) -> torch.Tensor:
-        """log pi^m = log softmax(beta^m), shape (M, K) (M = 1 when shared)."""
-        return torch.log_softmax(self.beta, dim=-1)
-
-    @property
-    def pi(self) -> torch.Tensor:
-        return self.log_pi().detach().exp()
-
-    @torch.no_grad()
-    def set_pi(self, probs: torch.Tensor) -> None:
-        """Set pi to given probabilities, (K,) or (M, K) (e.g. a known prior, with learn_pi=False)."""
-        probs = checked_pi(probs, self.groups, self.num_codes, self.beta.device)
-        self.beta.copy_(probs.clamp_min(1e-12).log().expand_as(self.beta))
-
-    def kl_to_uniform(self) -> torch.Tensor:
-        """sum_m KL(pi^m || U_K), divided by K with kl_reduction="mean" (Eq. (7), third term)."""
-        return kl_to_uniform(self.log_pi(), self.config.kl_reduction)
+        self.solver = build_solver(self.config, self.groups)
 
     def _gathered(self) -> bool:
         return self.config.global_batch and is_distributed()
@@ -173,41 +117,3 @@ class PaperWassersteinQuantizer(Quantizer):
         if assignment is not None:
             return self.solver(flat, self.embedding, log_pi, update=self.training, assignment=assignment)
         return self.solver(flat, self.embedding, log_pi, update=self.training)
-
-    def _scaled(self, value: torch.Tensor, positions: int) -> torch.Tensor:
-        """The WS term x ws_weight, and with one shared pi x the positions M (ws_weight means the same in both)."""
-        weight = self.config.ws_weight
-        if self.config.num_positions is not None:
-            return value * weight if weight != 1 else value
-        return value * (weight * positions)
-
-    @torch.no_grad()
-    def _draw_codebook(self, flat: torch.Tensor) -> bool:
-        """codebook_init="data" (``draw_codebook``), then a fresh solver state for the drawn codes."""
-        if not draw_codebook(self.embedding, self.codes_drawn, flat):
-            return False
-        self.solver.reset()
-        return int(self.codes_drawn) >= self.num_codes
-
-    def _check_positions(self, flat: torch.Tensor) -> None:
-        check_positions(flat, self.config.num_positions)
-
-    def _semidiscrete(self, what: str):
-        if self.config.solver != "semidiscrete":
-            raise ValueError(f"{what} needs solver='semidiscrete' (the map of its potential), got "
-                             f"{self.config.solver!r}")
-        return self.solver
-
-    def transport_map(self, flat: torch.Tensor) -> torch.Tensor:
-        """(B, M, D) -> (B, M) codes under the semidiscrete solver's transport map."""
-        self._check_positions(flat)
-        return transport_map(self._semidiscrete("the transport map"), self.embedding, flat)
-
-    def fit_transport(self, z: torch.Tensor, steps: int, generator: torch.Generator | None = None) -> dict:
-        """Solve the semidiscrete transport map on the latents z with the codebook and pi held
-        (:func:`vqwae.quantizers.transport_map.fit_transport`)."""
-        solver = self._semidiscrete("fit_transport")
-        self.check_finite(z)  # NaN latents would leave a NaN potential
-        flat = self.flatten(z)
-        self._check_positions(flat)
-        return fit_transport(solver, self.embedding, self.pi, flat, steps, generator)

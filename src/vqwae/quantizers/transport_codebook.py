@@ -87,7 +87,7 @@ class TransportCodebook(nn.Module):
         ready = self.steps > ready_after
         if live is not None:  # a step without real latents splits nothing
             ready = ready & live
-        self._split_dead(codebook, potential, scale, pi, ready)
+        self._split_dead(codebook, potential, scale, pi, ready, bool(split_unused))
         if split_unused:
             self._track_nearest(codebook, x, assigned, nearest, keep, decay, all_reduce)
             self._split_unused(codebook, potential, scale, pi, beta, split_unused, ready)
@@ -95,7 +95,7 @@ class TransportCodebook(nn.Module):
         centroid = self.sum / self.mass.clamp_min(torch.finfo(x.dtype).tiny).unsqueeze(1)
         codebook.copy_(torch.where(seen.unsqueeze(1), centroid, codebook))
 
-    def _split_dead(self, codebook, potential, scale, pi, ready) -> None:
+    def _split_dead(self, codebook, potential, scale, pi, ready, tracked: bool) -> None:
         """Re-seed the codes the transport has stopped reaching by splitting the most overloaded cells.
 
         The transport map gives every code its share pi_k only at the optimum of the potential g, which one ascent
@@ -112,7 +112,7 @@ class TransportCodebook(nn.Module):
         lo = torch.topk(ratio, self._pairs_per_step, largest=False).indices
         hi = torch.topk(ratio, self._pairs_per_step).indices
         split = (ratio[lo] < SPLIT_DEAD) & (ratio[hi] > 1) & ready
-        self._split_pairs(codebook, potential, scale, lo, hi, split)
+        self._split_pairs(codebook, potential, scale, lo, hi, split, tracked)
 
     @property
     def _pairs_per_step(self) -> int:
@@ -125,9 +125,10 @@ class TransportCodebook(nn.Module):
         tiny = torch.finfo(mass.dtype).tiny
         return mass / mass.sum().clamp_min(tiny) / pi.mean(0).clamp_min(tiny)
 
-    def _split_pairs(self, codebook, potential, scale, lo, hi, split) -> None:
-        """Move code lo[i] next to hi[i] where split[i]: the two share hi's EMAs and its potential, displaced by +-0.1
-        of a cell's radius, so that hi's cell is halved along the bisector."""
+    def _split_pairs(self, codebook, potential, scale, lo, hi, split, tracked: bool) -> None:
+        """Move code lo[i] next to hi[i] where split[i]: the two share hi's EMAs (with ``tracked``, split_unused's
+        nearest-code EMAs too) and its potential, displaced by +-0.1 of a cell's radius, so that hi's cell is halved
+        along the bisector."""
         tiny = torch.finfo(self.mass.dtype).tiny
         c = codebook
         away = c[lo] - c[hi]
@@ -141,7 +142,7 @@ class TransportCodebook(nn.Module):
         self.sum[lo] = torch.where(split[:, None], (c[hi] + u) * half[:, None], self.sum[lo])
         self.sum[hi] = torch.where(split[:, None], (c[hi] - u) * half[:, None], self.sum[hi])
         potential[:, lo] = torch.where(split, potential[:, hi], potential[:, lo])
-        for stat in (self.nearest_mass, self.nearest_error):  # zero unless split_unused tracks them
+        for stat in (self.nearest_mass, self.nearest_error) if tracked else ():  # zero, and untouched, without it
             half = stat[hi] / 2
             stat[lo] = torch.where(split, half, stat[lo])
             stat[hi] = torch.where(split, half, stat[hi])
@@ -184,7 +185,7 @@ class TransportCodebook(nn.Module):
         heavy = self.nearest_error[hi] > self.nearest_error.mean()
         split = (ratio[lo] < threshold) & heavy & ready
         self._move_pi(beta, lo, hi, split)
-        self._split_pairs(codebook, potential, scale, lo, hi, split)
+        self._split_pairs(codebook, potential, scale, lo, hi, split, True)
 
     def _move_pi(self, beta, lo, hi, split) -> None:
         """A moved code's mass goes to the code its transported latents are nearest to (a crowd's one used code, which

@@ -16,15 +16,12 @@ import torch
 # What a format-1 saved config (written before format versions, 2026-11-23) leaves out, with the value that run
 # was trained with: options added later whose new default differs from the behaviour before them.
 _FORMAT_1_IMPLICIT = {"wasserstein": {"codebook_update": "gradient", "pi_floor": 0.0}}
-#: The paper's forms, at the values WassersteinQuantizer has: a saved config elsewhere is the paper's quantizer.
-_PRODUCT_FORMS = {"solver": "semidiscrete", "codebook_update": "transport", "codebook_init": "data",
-                  "kl_reduction": "sum", "global_batch": False}
 
 
 def upgrade_quantizer_config(kind: str, values: dict, version: int) -> tuple[str, dict]:
     """A saved quantizer config (``model_config.json``'s, or a level's of a residual stack) of format ``version``:
     the registry name and the options today's class takes."""
-    from vqwae.quantizers.wasserstein_options import PaperWassersteinConfig, WassersteinConfig
+    from vqwae.quantizers.wasserstein_options import PRODUCT_FORMS, PaperWassersteinConfig, WassersteinConfig
 
     values = dict(values)
     if version == 1:
@@ -34,7 +31,7 @@ def upgrade_quantizer_config(kind: str, values: dict, version: int) -> tuple[str
     if values.get("pi_floor", 0.0):
         raise ValueError(f"this model was trained with pi_floor={values['pi_floor']}, an option vqwae removed "
                          "(issue #56): load it with vqwae 0.1 at commit c3f1090")
-    paper = any(values.get(k, v) != v for k, v in _PRODUCT_FORMS.items())
+    paper = any(values.get(k, v) != v for k, v in PRODUCT_FORMS.items())
     kind, cls = ("paper-wasserstein", PaperWassersteinConfig) if paper else ("wasserstein", WassersteinConfig)
     fields = {f.name for f in dataclasses.fields(cls)}
     return kind, {k: v for k, v in values.items() if k in fields}

@@ -25,21 +25,18 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from vqwae.fused import fused_update
-from vqwae.ot.semidiscrete import CHUNK_ENTRIES, SemiDiscreteSolver, semi_dual_from, semi_dual_weights
+from vqwae.ot.semidiscrete import SemiDiscreteSolver, semi_dual_from, semi_dual_weights
 from vqwae.ot.transport import keep_by_group, latents_by_group
-from vqwae.quantizers.base import Quantizer, QuantizerOutput, fp32, scale_gradient
-from vqwae.quantizers.data_start import draw_codebook
-from vqwae.quantizers.pi import check_positions, checked_pi, initial_pi, kl_to_uniform
+from vqwae.quantizers.base import QuantizerOutput, fp32, scale_gradient
+from vqwae.quantizers.pi import kl_to_uniform
 from vqwae.quantizers.transport_codebook import TransportCodebook
-from vqwae.quantizers.transport_map import fit_transport, transport_map
-from vqwae.quantizers.upgrade import upgrade_state_dict
-from vqwae.quantizers.wasserstein_options import WassersteinConfig, default_kl_weight, latents_per_code_pull
+from vqwae.quantizers.wasserstein_base import WassersteinBase
+from vqwae.quantizers.wasserstein_options import WassersteinConfig, latents_per_code_pull
 
 
-class WassersteinQuantizer(Quantizer):
+class WassersteinQuantizer(WassersteinBase):
     """Drop-in VQ-WAE quantizer for latents of any shape: channel-first (B, D, *positions) or, with
     ``channel_last=True``, (B, *positions, D) such as a sequence (B, N, D).
 
@@ -70,74 +67,11 @@ class WassersteinQuantizer(Quantizer):
     config_class = WassersteinConfig
     _options_elsewhere = (" (the paper's forms, solver, kl_reduction, codebook_init, global_batch and the solvers' "
                           "own, are PaperWassersteinQuantizer's)")
-    #: In a stack the WS pull (~50x the field's commitment) erased what the later levels encode
-    #: (docs/lab/17-29.md#residual-pull).
-    residual_pull = 0.01
-    #: State-dict layout. 1: solver state on the quantizer; 2: in the solver module; 3: the transport codebook's
-    #: EMAs in ``transport`` (``upgrade_state_dict`` reads the older ones).
-    _version = 3
 
     def __init__(self, config: WassersteinConfig | None = None, **options):
-        super().__init__(config, **options)
-        cfg = self.config
-        self.groups = 1 if cfg.num_positions is None else cfg.num_positions
-        self.kl_weight = default_kl_weight(cfg.num_positions is None) if cfg.kl_weight is None else cfg.kl_weight
-        # N(0, 1) until the first batches are drawn; the optimiser never steps it (the transport places it)
-        self.embedding = nn.Parameter(torch.randn(cfg.num_codes, cfg.dim), requires_grad=False)
-        beta = initial_pi(cfg.pi_init, self.groups, cfg.num_codes).log()
-        if cfg.learn_pi:
-            self.beta = nn.Parameter(beta)
-        else:
-            self.register_buffer("beta", beta)
-        # set once every codeword has been drawn from training latents, and how many have been so far
-        self.register_buffer("codebook_initialized", torch.zeros((), dtype=torch.bool))
-        self.register_buffer("codes_drawn", torch.zeros((), dtype=torch.long))
-        self.transport = TransportCodebook(cfg.num_codes, cfg.dim)
-        self.solver = SemiDiscreteSolver(self.groups, cfg.num_codes, shared=cfg.num_positions is None)
-        self.compile_update, self.graph_update = False, True  # runtime settings (set_runtime)
-
-    def set_runtime(self, *, graph_update: bool | None = None, compile_update: bool | None = None,
-                    chunk_entries: int | None = None) -> "WassersteinQuantizer":
-        """How the training step's no-grad work runs (a saved model does not carry these): replayed as a CUDA graph on
-        a GPU (``graph_update``, the default), through torch.compile (``compile_update``), and how many (latent, code)
-        distances the search materialises at once (``chunk_entries``, default 2^24)."""
-        if graph_update is not None:
-            self.graph_update = self.solver.graph_update = bool(graph_update)
-        if compile_update is not None:
-            self.compile_update = self.solver.compile_update = bool(compile_update)
-        if chunk_entries is not None:
-            if int(chunk_entries) < 1:
-                raise ValueError(f"chunk_entries must be >= 1, got {chunk_entries}")
-            self.solver.chunk_entries = int(chunk_entries)
-        return self
-
-    @property
-    def codebook(self) -> torch.Tensor:
-        return self.embedding
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
-        upgrade_state_dict(state_dict, prefix, self)
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, *args, **kwargs)
-
-    # ---- pi ----------------------------------------------------------------------------------------------------
-    def log_pi(self) -> torch.Tensor:
-        """log pi^m, shape (M, K) (M = 1 when shared), differentiable w.r.t. beta."""
-        return torch.log_softmax(self.beta, dim=-1)
-
-    @property
-    def pi(self) -> torch.Tensor:
-        """The code weights pi^m = softmax(beta^m), shape (M, K)."""
-        return self.log_pi().detach().exp()
-
-    @torch.no_grad()
-    def set_pi(self, probs: torch.Tensor) -> None:
-        """Set pi to given probabilities, (K,) or (M, K) (e.g. a known prior, with learn_pi=False)."""
-        probs = checked_pi(probs, self.groups, self.num_codes, self.beta.device)
-        self.beta.copy_(probs.clamp_min(1e-12).log().expand_as(self.beta))
-
-    def kl_to_uniform(self) -> torch.Tensor:
-        """sum_m KL(pi^m || U_K) (the paper's Eq. (7), third term)."""
-        return kl_to_uniform(self.log_pi())
+        super().__init__(config, **options)  # the codebook (N(0, 1) until drawn from the data; placed by transport), pi
+        self.transport = TransportCodebook(self.config.num_codes, self.config.dim)
+        self.solver = SemiDiscreteSolver(self.groups, self.config.num_codes, shared=self.config.num_positions is None)
 
     @torch.no_grad()
     def set_codebook(self, codes: torch.Tensor) -> None:
@@ -151,8 +85,7 @@ class WassersteinQuantizer(Quantizer):
         self.embedding.copy_(codes)
         self.codes_drawn.fill_(self.num_codes)
         self.codebook_initialized.fill_(True)
-        self.solver.reset()
-        self.transport.reset()
+        self._forget()
 
     # ---- the training step -------------------------------------------------------------------------------------
     @fp32
@@ -235,36 +168,8 @@ class WassersteinQuantizer(Quantizer):
             pull = latents_per_code_pull(real, self.num_codes)
         return scale_gradient(flat, pull)
 
-    def _scaled(self, value: torch.Tensor, positions) -> torch.Tensor:
-        """The WS term's value x ws_weight, and with one shared pi x the positions per sample (M, or a mask's mean
-        count), so that ws_weight means the same in both modes."""
-        weight = self.config.ws_weight
-        if self.config.num_positions is not None:
-            return value * weight if weight != 1 else value
-        return value * (weight * positions) if isinstance(positions, int) else value * (positions * weight)
-
     @torch.no_grad()
-    def _draw_codebook(self, flat: torch.Tensor, keep: torch.Tensor | None) -> bool:
-        """The data start (``draw_codebook``), then a fresh potential and fresh EMAs for the drawn codes."""
-        if not draw_codebook(self.embedding, self.codes_drawn, flat, keep):
-            return False  # a batch of padding only: nothing drawn
+    def _forget(self) -> None:
+        """A fresh potential and fresh EMAs (the codes were drawn or set anew)."""
         self.solver.reset()
         self.transport.reset()
-        return int(self.codes_drawn) >= self.num_codes
-
-    def _check_positions(self, flat: torch.Tensor) -> None:
-        check_positions(flat, self.config.num_positions)
-
-    # ---- the transport map -------------------------------------------------------------------------------------
-    def transport_map(self, flat: torch.Tensor) -> torch.Tensor:
-        """(B, M, D) -> (B, M) indices under the transport map argmin_k ||z - c_k||^2 - g_k."""
-        self._check_positions(flat)
-        return transport_map(self.solver, self.embedding, flat)
-
-    def fit_transport(self, z: torch.Tensor, steps: int, generator: torch.Generator | None = None) -> dict:
-        """Solve the transport map on the latents ``z`` (a training set's encoder outputs) with the codebook and pi
-        held: see :func:`vqwae.quantizers.transport_map.fit_transport`."""
-        self.check_finite(z)  # NaN latents would leave a NaN potential
-        flat = self.flatten(z)
-        self._check_positions(flat)
-        return fit_transport(self.solver, self.embedding, self.pi, flat, steps, generator)

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -152,13 +152,21 @@ class PaperWassersteinConfig(PaperOptions, LatentShape):
         PaperOptions.__post_init__(self)
 
 
-#: The options removed from VQ-WAE by issue #56, each with the value every run of today's code has: a run's identity
-#: still holds them at it (``VQWAEOptions.retired``), so that the reproduction's cache keys made before are found.
-#: Their findings are in the lab notebook (docs/lab/) with the commit that removed them (88288fc). None: the option
-#: was left out of a run's
-#: identity at the value every run has (pull_target, pull_rms, potential_steps), so nothing is added for it.
-RETIRED = {"pi_floor": 0.0, "potential_lr": None, "potential_pooling": 4.0, "scale_decay": 0.9, "split_dead": 0.1}
-RETIRED_UNREAD = ("pull_target", "pull_rms", "potential_steps")
+#: The paper's forms at the values WassersteinQuantizer has: a configuration (or a saved model's) that departs from any
+#: of them is the paper's quantizer's.
+PRODUCT_FORMS = {"solver": "semidiscrete", "codebook_update": "transport", "codebook_init": "data",
+                 "kl_reduction": "sum", "global_batch": False}
+#: WassersteinQuantizer's own options, at their defaults: the paper's quantizer has none of them.
+_PRODUCT_ONLY = {f.name: f.default for f in fields(WassersteinOptions)
+                 if f.name not in _SharedOptions.__dataclass_fields__}
+
+#: The options removed from VQ-WAE by issue #56, each with the value every run of today's code has. Their findings are
+#: in the lab notebook (docs/lab/48-.md#one-quantizer) with the commit that removed them (88288fc).
+RETIRED = {"pi_floor": 0.0, "potential_lr": None, "potential_pooling": 4.0, "scale_decay": 0.9, "split_dead": 0.1,
+           "pull_target": 0.0, "pull_rms": 0.0, "potential_steps": 1}
+#: Those a run's identity held at that value (the others it left out there): it still holds them
+#: (``VQWAEOptions.retired``), so that the reproduction's cache keys made before are found.
+RETIRED_IN_IDENTITY = ("pi_floor", "potential_lr", "potential_pooling", "scale_decay", "split_dead")
 
 
 @dataclass(frozen=True)
@@ -189,9 +197,8 @@ class VQWAEOptions(PaperOptions, WassersteinOptions):
             raise ValueError(f"fit_steps needs solver='semidiscrete' (it fits that solver's potential), got "
                              f"solver={self.solver!r}")
         # each option belongs to one of the two quantizers: set away from its default on the other, it is an error
-        product = dict(pull=1.0, codebook_decay=0.99, split_unused=0.0)
-        paper = dict(solver="semidiscrete", kl_reduction="sum", global_batch=False, codebook_init="data")
-        wrong = {k: getattr(self, k) for k, v in (paper if self.product else product).items() if getattr(self, k) != v}
+        others = PRODUCT_FORMS if self.product else _PRODUCT_ONLY
+        wrong = {k: getattr(self, k) for k, v in others.items() if k != "codebook_update" and getattr(self, k) != v}
         if wrong:
             name, value = next(iter(wrong.items()))
             owner, other = (("the paper's quantizer", "gradient") if self.product else ("WassersteinQuantizer",
@@ -229,7 +236,7 @@ class VQWAEOptions(PaperOptions, WassersteinOptions):
     def retired(self) -> dict:
         """The retired options a run's identity holds (``RETIRED``), at their value: split_dead only where it acted
         (the transport codebook)."""
-        return {k: v for k, v in RETIRED.items() if k != "split_dead" or self.product}
+        return {k: RETIRED[k] for k in RETIRED_IN_IDENTITY if k != "split_dead" or self.product}
 
     def runtime(self) -> dict:
         """The settings of training a quantizer takes at run time and a saved model does not carry."""

@@ -12,7 +12,7 @@ from vqwae.distributed import resolve_device
 from vqwae.figures import side_by_side_usage, usage_histogram
 from vqwae.metrics.fid import load_inception
 from vqwae.metrics.fid_cache import FIDStatsCache
-from vqwae.quantizers.wasserstein import initial_pi
+from vqwae.quantizers.pi import initial_pi
 from vqwae.reproduce import paper_numbers as P
 from vqwae.reproduce.grid import (BASELINES, CODEBOOK_SIZES, CONTROLLED_PI, CONTROLS, FFHQ_MODELS, LAMBDA_RS, LAMBDAS, MODELS,
                                   PI_INITS,

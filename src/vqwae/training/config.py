@@ -35,7 +35,7 @@ from vqwae.options import SCHEDULE, WHERE, check_fields, from_flat, identity, op
 from vqwae.quantizers import (CodebookShape, StochasticConfig, StochasticOptions, VectorConfig, VectorOptions,
                               VQWAEOptions)
 from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT
-from vqwae.quantizers.wasserstein_options import RETIRED, RETIRED_UNREAD
+from vqwae.quantizers.wasserstein_options import RETIRED
 from vqwae.quantizers.stochastic import initial_log_var
 from vqwae.training.adversarial import AdversarialOptions
 
@@ -270,8 +270,8 @@ def _without_retired(flat: dict) -> dict:
     out = {}
     for key, value in flat.items():
         name = key.rsplit(".", 1)[-1]
-        if name in RETIRED or name in RETIRED_UNREAD:
-            kept = RETIRED.get(name, {"pull_target": 0.0, "pull_rms": 0.0, "potential_steps": 1}.get(name))
+        if name in RETIRED:
+            kept = RETIRED[name]
             if value != kept:
                 raise ValueError(f"config.json sets {name}={value!r}, an option vqwae removed (issue #56; it keeps "
                                  f"{kept!r}): train this run with vqwae at commit c3f1090")
