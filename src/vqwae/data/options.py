@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from vqwae.data.registry import DATASETS, normalise_name
+from vqwae.data.catalog import DATASETS, normalise_name
 from vqwae.options import WHERE, check_fields, option
 
 

@@ -5,6 +5,7 @@ seed) -> Splits`` function; :func:`register_dataset` adds more.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 from pathlib import Path
@@ -12,20 +13,23 @@ from typing import Callable
 
 from torch.utils.data import Subset
 
-from . import celeba, celebahq, cifar10, digits, ffhq, imagefolder, mnist, svhn
 from .base import ImageTensorDataset, Splits, not_found
+from .catalog import DATASETS, LOADER_MODULES, normalise_name
 
 __all__ = ["DATASETS", "load_splits", "load_split", "register_dataset", "LOADERS", "normalise_name"]
 
 Loader = Callable[..., Splits]
 
-_MODULES = {"mnist": mnist.MNIST, "fashionmnist": mnist.FASHION_MNIST, "kmnist": mnist.KMNIST, "cifar10": cifar10,
-            "svhn": svhn, "celeba": celeba, "ffhq": ffhq, "celebahq": celebahq, "imagefolder": imagefolder,
-            "digits": digits}
+
+def _module(where: str):
+    """The loader's module of ``vqwae.data``, or the object in it (``module.OBJECT``), that ``LOADER_MODULES`` names."""
+    module, _, obj = where.partition(".")
+    found = importlib.import_module(f"{__package__}.{module}")
+    return getattr(found, obj) if obj else found
+
+
+_MODULES = {name: _module(where) for name, where in LOADER_MODULES.items()}
 LOADERS: dict[str, Loader] = {name: m.load for name, m in _MODULES.items()}
-#: The valid dataset names (``load_splits`` also accepts them in any case, with ``-`` / ``_``).
-#: A list updated in place by :func:`register_dataset`, so every importer sees additions.
-DATASETS: list[str] = list(LOADERS)
 NEEDS_NO_ROOT = {"digits"}
 
 
@@ -35,10 +39,6 @@ def register_dataset(name: str, loader: Loader) -> None:
     LOADERS[key] = loader
     if key not in DATASETS:
         DATASETS.append(key)
-
-
-def normalise_name(name: str) -> str:
-    return str(name).strip().lower().replace("-", "").replace("_", "")
 
 
 def _cap(ds, n: int | None):

@@ -36,12 +36,11 @@ import torch
 import torch.distributed as dist
 
 from vqwae.fused import fused_update
+from vqwae.ot.catalog import CHUNK_ENTRIES
 from vqwae.ot.cost import chunk_rows, min_rows
 from vqwae.ot.histogram import code_histogram
 from vqwae.ot.transport import Solver, Transport, latents_by_group
 
-# Largest number of (latent, code) entries materialised at once (64 MiB of float32), whatever K and N.
-CHUNK_ENTRIES = 1 << 24
 #: The weight of the potential's component shared by the positions (one pi per position; ``ascend_potential``).
 POOLING = 4.0
 #: The EMA decay of the cost scale (the batch's quantization error) that g is measured in.

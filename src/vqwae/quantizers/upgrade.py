@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import torch
-
 # What a format-1 saved config (written before format versions, 2026-11-23) leaves out, with the value that run
 # was trained with: options added later whose new default differs from the behaviour before them.
 _FORMAT_1_IMPLICIT = {"wasserstein": {"codebook_update": "gradient", "pi_floor": 0.0}}
@@ -55,6 +53,8 @@ def upgrade_state_dict(state_dict: dict, prefix: str, quantizer) -> None:
     layout; a current one passes through. Renames layout 1's solver entries and layout 2's transport EMAs; fills what
     an older model lacks with the value it had in effect (a data-drawn codebook's count, an EMA's zero); drops the
     state of removed options (pull_target's gradient EMAs) and, for the paper's quantizer, the transport codebook's."""
+    import torch  # here, not at the top: a training config reads this module's format rules without torch
+
     solver = getattr(quantizer.config, "solver", "semidiscrete")
     for old, new in _LAYOUT_1[solver].items():
         for key in [k for k in state_dict if k.startswith(prefix + old)]:

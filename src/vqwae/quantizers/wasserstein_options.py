@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-
-import torch
+from typing import TYPE_CHECKING
 
 from vqwae.options import SCHEDULE, WHERE, check_fields, option
-from vqwae.ot import SOLVERS as SOLVER_CLASSES
-from vqwae.ot.semidiscrete import CHUNK_ENTRIES
+from vqwae.ot.catalog import CHUNK_ENTRIES, SOLVER_CLASSES
 from vqwae.quantizers.base import LatentShape
+
+if TYPE_CHECKING:
+    import torch
 
 SOLVERS = tuple(SOLVER_CLASSES)
 PI_INITS = ("uniform", "peaked", "gaussian")
@@ -51,7 +52,7 @@ def latents_per_code_pull(latents: int | torch.Tensor, num_codes: int) -> float 
     default. ``latents``
     may be a tensor (a mask's count, on the device: no host read), and so is the pull then."""
     pull = (latents / max(num_codes, 1) / PULL_FULL_FROM) ** (math.log(1 / PULL_FLOOR) / math.log(PULL_FULL_FROM))
-    if isinstance(pull, torch.Tensor):
+    if hasattr(pull, "clamp"):  # a tensor (torch is not imported here: the command line's help reads this module)
         return pull.clamp(PULL_FLOOR, 1.0)
     return min(1.0, max(PULL_FLOOR, pull))
 

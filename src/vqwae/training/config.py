@@ -5,9 +5,9 @@
     ├── quantizer    num_codes, dim, shared_pi, and one section per method:
     │   ├── vqwae    VQWAEOptions        (vqwae.quantizers.wasserstein_options: both VQ-WAE quantizers)
     │   ├── vqvae    VectorOptions       (vqwae.quantizers.vector)
-    │   └── sqvae    StochasticOptions   (vqwae.quantizers.stochastic)
-    ├── network      NetworkOptions      (vqwae.models.networks: the paper's networks or VQGAN's)
-    ├── gan          AdversarialOptions  (vqwae.training.adversarial: VQGAN's losses, with arch=vqgan)
+    │   └── sqvae    StochasticOptions   (vqwae.quantizers.stochastic_options)
+    ├── network      NetworkOptions      (vqwae.models.network_options: the paper's networks or VQGAN's)
+    ├── gan          AdversarialOptions  (vqwae.training.adversarial_options: VQGAN's losses, with arch=vqgan)
     ├── optim        epochs, batch size, Adam, the plateau schedule, max_steps
     ├── data         DataOptions         (vqwae.data.options)
     └── run          out, seed, device, precision, preset
@@ -26,18 +26,17 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 import yaml
 
 from vqwae.data.options import DataOptions
-from vqwae.models.networks import NetworkConfig, NetworkOptions
+from vqwae.models.network_options import NetworkConfig, NetworkOptions
 from vqwae.options import SCHEDULE, WHERE, check_fields, from_flat, identity, option, section, to_flat, to_nested
-from vqwae.quantizers import (CodebookShape, StochasticConfig, StochasticOptions, VectorConfig, VectorOptions,
-                              VQWAEOptions)
+from vqwae.quantizers.base import CodebookShape
+from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions, initial_log_var
 from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT
-from vqwae.quantizers.wasserstein_options import RETIRED
-from vqwae.quantizers.stochastic import initial_log_var
-from vqwae.training.adversarial import AdversarialOptions
+from vqwae.quantizers.vector import VectorConfig, VectorOptions
+from vqwae.quantizers.wasserstein_options import RETIRED, VQWAEOptions
+from vqwae.training.adversarial_options import AdversarialOptions
 
 MODELS = ("vqwae", "vqvae", "sqvae")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -127,6 +126,8 @@ class RunOptions:
     def __post_init__(self):
         check_fields(self)
         if self.device != "auto":
+            import torch  # here: the command line's help reads these options without torch
+
             try:
                 torch.device(self.device)
             except RuntimeError:
