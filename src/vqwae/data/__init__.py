@@ -15,12 +15,18 @@ are cached under ``$VQWAE_CACHE`` (default ``~/.cache/vqwae``).
 
 A data set's *codes* (``vqwae encode``) are read back by :class:`CodesDataset` (:mod:`vqwae.data.codes`).
 """
-from .base import (CorruptImageError, DatasetInfo, DatasetNotFoundError, ImageTensorDataset,
-                   Splits)
-from .cache import cache_dir
-from .codes import CodesDataset, CodesMeta, load_codes, save_codes
-from .registry import DATASETS, LOADERS, load_split, load_splits, register_dataset
+from typing import TYPE_CHECKING
+
+from vqwae.lazy import attach
+
+if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy): the dataset names need no torch (catalog)
+    from vqwae.data.base import CorruptImageError, DatasetInfo, DatasetNotFoundError, ImageTensorDataset, Splits
+    from vqwae.data.cache import cache_dir
+    from vqwae.data.catalog import DATASETS
+    from vqwae.data.codes import CodesDataset, CodesMeta, load_codes, save_codes
+    from vqwae.data.registry import LOADERS, load_split, load_splits, register_dataset
 
 __all__ = ["load_splits", "load_split", "DATASETS", "DatasetInfo", "Splits", "ImageTensorDataset",
            "DatasetNotFoundError", "CorruptImageError", "register_dataset", "cache_dir", "LOADERS",
            "CodesDataset", "CodesMeta", "load_codes", "save_codes"]
+__getattr__, __dir__ = attach(__name__)

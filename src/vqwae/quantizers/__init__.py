@@ -6,28 +6,23 @@
 ``WassersteinQuantizer`` is VQ-WAE as vqwae ships it; ``PaperWassersteinQuantizer`` the paper's forms (reference);
 ``diagnostics(quantizer, latents)`` measures how a VQ-WAE quantizer's transport and usage stand on given latents.
 """
-from vqwae.quantizers.base import CodebookShape, LatentShape, Quantizer, QuantizerOutput
-from vqwae.quantizers.diagnostics import Diagnostics, diagnostics
-from vqwae.quantizers.paper import PaperWassersteinQuantizer
-from vqwae.quantizers.residual import ResidualOutput, ResidualQuantizer
-from vqwae.quantizers.stochastic import StochasticConfig, StochasticOptions, StochasticQuantizer
-from vqwae.quantizers.upgrade import upgrade_quantizer_config, upgrade_state_dict
-from vqwae.quantizers.vector import VectorConfig, VectorOptions, VectorQuantizer
-from vqwae.quantizers.wasserstein import WassersteinQuantizer
-from vqwae.quantizers.wasserstein_options import (PaperWassersteinConfig, VQWAEOptions, WassersteinConfig,
-                                                   WassersteinOptions)
+from typing import TYPE_CHECKING
 
-QUANTIZERS = {q.kind: q for q in (WassersteinQuantizer, PaperWassersteinQuantizer, VectorQuantizer,
-                                  StochasticQuantizer)}
+from vqwae.lazy import attach
 
-
-def build_quantizer(kind: str, config=None, **options) -> Quantizer:
-    """Build a quantizer from its registry name ("wasserstein", "paper-wasserstein", "vector", "stochastic") and its
-    config object and / or config fields."""
-    if kind not in QUANTIZERS:
-        raise ValueError(f"unknown quantizer {kind!r}; valid: {', '.join(QUANTIZERS)}")
-    return QUANTIZERS[kind](config, **options)
-
+if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy): the options' modules need no torch
+    from vqwae.quantizers.base import CodebookShape, LatentShape, Quantizer, QuantizerOutput
+    from vqwae.quantizers.diagnostics import Diagnostics, diagnostics
+    from vqwae.quantizers.paper import PaperWassersteinQuantizer
+    from vqwae.quantizers.registry import QUANTIZERS, build_quantizer
+    from vqwae.quantizers.residual import ResidualOutput, ResidualQuantizer
+    from vqwae.quantizers.stochastic import StochasticQuantizer
+    from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions
+    from vqwae.quantizers.upgrade import upgrade_quantizer_config, upgrade_state_dict
+    from vqwae.quantizers.vector import VectorConfig, VectorOptions, VectorQuantizer
+    from vqwae.quantizers.wasserstein import WassersteinQuantizer
+    from vqwae.quantizers.wasserstein_options import (PaperWassersteinConfig, VQWAEOptions, WassersteinConfig,
+                                                       WassersteinOptions)
 
 __all__ = [
     "Quantizer", "QuantizerOutput", "WassersteinQuantizer", "PaperWassersteinQuantizer", "VectorQuantizer",
@@ -36,3 +31,4 @@ __all__ = [
     "ResidualQuantizer", "ResidualOutput", "QUANTIZERS", "build_quantizer", "upgrade_quantizer_config",
     "upgrade_state_dict", "diagnostics", "Diagnostics",
 ]
+__getattr__, __dir__ = attach(__name__)

@@ -1,0 +1,28 @@
+"""The solvers of the WS term by name (``vqwae.ot.catalog`` names them), and ``build_solver``."""
+from __future__ import annotations
+
+from importlib import import_module
+
+from vqwae.ot.catalog import SOLVER_CLASSES
+from vqwae.ot.transport import Solver
+
+SOLVERS: dict[str, type[Solver]] = {name: getattr(import_module(f"vqwae.ot.{name}"), cls)
+                                    for name, cls in SOLVER_CLASSES.items()}
+
+
+def build_solver(config, groups: int) -> Solver:
+    """The solver named by ``config.solver`` with its options from ``config`` (a PaperWassersteinConfig), for
+    ``groups`` groups (positions, or 1 when pi is shared)."""
+    common = dict(groups=groups, num_codes=config.num_codes, shared=config.num_positions is None,
+                  global_batch=config.global_batch)
+    if config.solver == "semidiscrete":
+        return SOLVERS["semidiscrete"](**common)
+    if config.solver == "sinkhorn":
+        return SOLVERS["sinkhorn"](**common, epsilon=config.epsilon, iterations=config.sinkhorn_iters,
+                                   tol=config.sinkhorn_tol, warm_start=config.warm_start)
+    if config.solver == "dual":
+        return SOLVERS["dual"](**common, dim=config.dim, epsilon=config.epsilon, iterations=config.phi_iterations,
+                               hidden=config.phi_hidden, lr=config.phi_lr)
+    if config.solver == "exact":
+        return SOLVERS["exact"](**common)
+    raise ValueError(f"unknown solver {config.solver!r}; valid: {', '.join(map(repr, SOLVERS))}")
