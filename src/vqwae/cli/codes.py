@@ -13,8 +13,6 @@ import typer
 
 from vqwae.cli.common import (DataRoot, Device, Threads, at_least, device_or_fail, fail, nonempty_path,
                               out_folder_or_fail, print_wall, threads_on)
-from vqwae.figures.image_folder import check_image_folder, save_image_folder
-from vqwae.runs.codes import decode_file, encode_to_file
 
 Opt = typer.Option
 Arg = typer.Argument
@@ -37,6 +35,8 @@ def encode_command(
     force: bool = Opt(False, "--force", help="Replace --out if it exists."),
 ) -> None:
     """Write the code indices of a data set (or of any images) to one file, for a second stage; torchrun shards it."""
+    from vqwae.runs.codes import encode_to_file
+
     t0 = time.perf_counter()
     if images and split is not None:
         fail("--split names a split of the run's data set; with --images the images are given: leave one out")
@@ -76,6 +76,9 @@ def decode_command(
     threads: Threads = None,
 ) -> None:
     """Decode a codes file back to images (one PNG each and a grid); codes of other weights are refused."""
+    from vqwae.figures.image_folder import check_image_folder, save_image_folder
+    from vqwae.runs.codes import decode_file
+
     t0 = time.perf_counter()
     at_least("--limit", limit)
     at_least("--grid", grid)

@@ -7,14 +7,12 @@ import errno
 import functools
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import torch
 import typer
 
-from vqwae.distributed import resolve_device
-from vqwae.runs.layout import check_trained
-from vqwae.threads import cpu_threads
+if TYPE_CHECKING:
+    import torch
 
 THREADS_HELP = "CPU threads (default: env VQWAE_THREADS, else the CPUs not already busy)."
 
@@ -64,6 +62,8 @@ def fail(message: str, code: int = 2) -> None:
 
 def check_run(run_dir) -> None:
     """A trained run folder, or a one-line error."""
+    from vqwae.runs.layout import check_trained
+
     try:
         check_trained(run_dir)
     except FileNotFoundError as e:
@@ -75,6 +75,8 @@ COMPUTE_DEVICES = ("cpu", "cuda", "mps")
 
 
 def device_or_fail(name: str) -> torch.device:
+    from vqwae.distributed import resolve_device
+
     try:
         dev = resolve_device(name)
     except ValueError as e:
@@ -88,6 +90,8 @@ def device_or_fail(name: str) -> torch.device:
 
 def threads_on(dev: torch.device, threads: int | None):
     """On the CPU: torch's intra-op threads for the command (None: the idle CPUs, vqwae.threads)."""
+    from vqwae.threads import cpu_threads
+
     return cpu_threads(threads) if dev.type == "cpu" else contextlib.nullcontext()
 
 

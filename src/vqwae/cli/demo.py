@@ -6,7 +6,6 @@ from pathlib import Path
 import typer
 
 from vqwae.cli.common import THREADS_HELP, at_least, device_or_fail, fail
-from vqwae.runs.demo import USAGE_PNG, run_demo
 
 
 def demo_command(
@@ -17,6 +16,8 @@ def demo_command(
     threads: int | None = typer.Option(None, help=THREADS_HELP),
 ) -> None:
     """Train VQ-WAE and VQ-VAE briefly on the embedded digits and compare codebook use and MSE."""
+    from vqwae.runs.demo import USAGE_PNG, run_demo
+
     at_least("--epochs", epochs)
     at_least("--num-codes", num_codes, 2)
     at_least("--threads", threads)

@@ -6,9 +6,6 @@ import typer
 
 from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail,
                               threads_on)
-from vqwae.runs import layout
-from vqwae.runs.evaluation import evaluate_run
-from vqwae.runs.generation import run_generation_fid
 
 Opt = typer.Option
 
@@ -38,6 +35,10 @@ def eval_command(
     data_root: DataRoot = None,
 ) -> None:
     """Evaluate a trained run; writes RUN_DIR/eval.json and PNGs next to it, prints a table."""
+    from vqwae.runs import layout
+    from vqwae.runs.evaluation import evaluate_run
+    from vqwae.runs.generation import run_generation_fid
+
     res = 256 if resolution == "256" else resolution
     if res not in ("native", 256):
         fail(f"unknown resolution {resolution!r}; valid: native, 256")

@@ -1,4 +1,7 @@
-"""The ``vqwae`` command line: each command lives in its own module and only parses and calls the library."""
+"""The ``vqwae`` command line: each command lives in its own module and only parses and calls the library.
+
+A command module imports the library (and so torch) inside its command function, when the command runs, not at its
+top: ``vqwae --help`` and every ``vqwae CMD --help`` answer without importing torch (tests/test_cli_help.py)."""
 import typer
 
 from vqwae.cli.codes import decode_command, encode_command

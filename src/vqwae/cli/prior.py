@@ -15,9 +15,6 @@ import typer
 
 from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, disk_errors,
                               fail, nonempty_path, out_folder_or_fail, print_wall, threads_on)
-from vqwae.figures.image_folder import check_image_folder
-from vqwae.runs import layout
-from vqwae.runs.prior import foreign_files, generate, holds_prior, kind_replaced, save_samples, train_and_record_prior
 
 Opt = typer.Option
 Arg = typer.Argument
@@ -60,6 +57,8 @@ def prior_train_command(
                                                               "without them the best epoch is chosen by training NLL."),
 ) -> None:
     """Fit the PixelCNN prior to the run's training codes; writes RUN_DIR/prior (NLL in bits per code)."""
+    from vqwae.runs import layout
+    from vqwae.runs.prior import foreign_files, holds_prior, kind_replaced, train_and_record_prior
 
     t0 = time.perf_counter()
     check_run(run_dir)
@@ -124,6 +123,9 @@ def sample_command(
     threads: Threads = None,
 ) -> None:
     """Sample images from the run's prior: one PNG per image and grid.png in --out."""
+    from vqwae.figures.image_folder import check_image_folder
+    from vqwae.runs import layout
+    from vqwae.runs.prior import generate, save_samples
 
     t0 = time.perf_counter()
     check_run(run_dir)

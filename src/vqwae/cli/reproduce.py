@@ -8,8 +8,7 @@ from pathlib import Path
 import typer
 
 from vqwae.cli.common import THREADS_HELP, Device, at_least, device_or_fail, fail, threads_on
-from vqwae.data.registry import DATASETS, normalise_name
-from vqwae.reproduce import reproduce
+from vqwae.data.catalog import DATASETS, normalise_name
 
 Opt = typer.Option
 
@@ -34,6 +33,8 @@ def reproduce_command(
                                            "experiments it serves) and stop."),
 ) -> None:
     """Run (or resume) the paper's experiments; finished runs are reused, interrupted ones resumed."""
+    from vqwae.reproduce import reproduce
+
     at_least("--jobs", jobs)
     at_least("--threads", threads)
     dev = device_or_fail(device)

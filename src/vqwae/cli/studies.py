@@ -13,9 +13,6 @@ import typer
 
 from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail,
                               nonempty_path, print_wall, threads_on)
-from vqwae.runs import layout
-from vqwae.runs.studies import probe_run, tsne_run
-from vqwae.threads import library_threads
 
 Opt = typer.Option
 #: --batch-size of both studies (their forward passes over a run's images)
@@ -32,6 +29,8 @@ def probe_command(
     data_root: DataRoot = None,
 ) -> None:
     """Linear probe on the frozen quantized latents (and the continuous encoder output): test accuracy."""
+    from vqwae.runs import layout
+    from vqwae.runs.studies import probe_run
 
     t0 = time.perf_counter()
     check_run(run_dir)
@@ -67,6 +66,8 @@ def tsne_command(
     data_root: DataRoot = None,
 ) -> None:
     """t-SNE of the flattened quantized latents of test images, coloured by class; silhouette -> eval.json."""
+    from vqwae.runs.studies import tsne_run
+    from vqwae.threads import library_threads
 
     t0 = time.perf_counter()
     check_run(run_dir)

@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import torch
 import typer
 
 from vqwae.cli.common import COMPUTE_DEVICES, fail, nonempty_path
 from vqwae.cli.options import with_config_options
-from vqwae.runs.layout import CONFIG, STATE, existing_run_files, last_epoch, read_metrics, resume_config
-from vqwae.training.lock import RunFolderBusy
-from vqwae.training import TrainConfig, TrainingDiverged, train
+from vqwae.training.config import TrainConfig
 
 
 # What `vqwae train --help` lists (`--help-all`: every option): the choices most runs make. Every other option is
@@ -33,6 +30,10 @@ def train_command(
     **options,
 ) -> None:
     """Train VQ-WAE, VQ-VAE or SQ-VAE on a dataset; writes RUN_DIR (see README)."""
+    from vqwae.runs.layout import CONFIG, resume_config
+    from vqwae.training import TrainingDiverged, train
+    from vqwae.training.lock import RunFolderBusy
+
     options["out"] = str(out)
     if resume and (config is not None or preset is not None):
         given = " and ".join(f for f, v in (("--config", config), ("--preset", preset)) if v is not None)
@@ -61,6 +62,8 @@ def _check_bounds(cfg: TrainConfig) -> None:
     open: a device that holds no data (meta)."""
     device = str(cfg.run.device)
     if device != "auto":
+        import torch
+
         try:
             kind = torch.device(device).type
         except RuntimeError:
@@ -72,6 +75,8 @@ def _check_bounds(cfg: TrainConfig) -> None:
 def _interrupted(out: Path) -> None:
     """Ctrl-C: say what was kept and how to go on (exit 130, the shell's code for SIGINT). The advice follows what
     the folder now holds, so that the command it names is one that works."""
+    from vqwae.runs.layout import STATE, existing_run_files, last_epoch, read_metrics
+
     if int(os.environ.get("RANK", "0")) == 0:
         if (out / STATE).is_file():
             epochs = last_epoch(read_metrics(out))
