@@ -9,7 +9,7 @@ load each name when it is first asked for::
 
     from vqwae.lazy import attach
 
-    if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy)
+    if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy), in the API reference's order
         from vqwae.quantizers.wasserstein import WassersteinQuantizer
 
     __all__ = ["WassersteinQuantizer"]

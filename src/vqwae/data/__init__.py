@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from vqwae.lazy import attach
 
-if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy): the dataset names need no torch (catalog)
+if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy), in the API reference's order
     from vqwae.data.base import CorruptImageError, DatasetInfo, DatasetNotFoundError, ImageTensorDataset, Splits
     from vqwae.data.cache import cache_dir
     from vqwae.data.catalog import DATASETS

@@ -5,16 +5,16 @@ from typing import TYPE_CHECKING
 
 from vqwae.lazy import attach
 
-if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy): vqwae.ot.catalog needs no torch
+if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy), in the API reference's order
     from vqwae.ot.cost import nearest_code, squared_distances, transport_cost
     from vqwae.ot.dual import DualSolver, KantorovichPotential, semi_dual
     from vqwae.ot.exact import ExactSolver, exact_plans
     from vqwae.ot.histogram import code_histogram, perplexity_from_counts
-    from vqwae.ot.registry import SOLVERS, build_solver
     from vqwae.ot.semidiscrete import (Assignment, SemiDiscreteSolver, ascend_potential, assign, assignment_mass,
                                        default_potential_lr, fit_potential, semi_dual_value)
     from vqwae.ot.sinkhorn import SinkhornResult, SinkhornSolver, entropic_ot_value, sinkhorn_log
     from vqwae.ot.transport import Solver, Transport
+    from vqwae.ot.registry import SOLVERS, build_solver
 
 __all__ = [
     "nearest_code", "squared_distances", "transport_cost", "exact_plans", "sinkhorn_log", "SinkhornResult",

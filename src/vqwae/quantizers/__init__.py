@@ -10,19 +10,19 @@ from typing import TYPE_CHECKING
 
 from vqwae.lazy import attach
 
-if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy): the options' modules need no torch
+if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy), in the API reference's order
     from vqwae.quantizers.base import CodebookShape, LatentShape, Quantizer, QuantizerOutput
     from vqwae.quantizers.diagnostics import Diagnostics, diagnostics
     from vqwae.quantizers.paper import PaperWassersteinQuantizer
-    from vqwae.quantizers.registry import QUANTIZERS, build_quantizer
     from vqwae.quantizers.residual import ResidualOutput, ResidualQuantizer
-    from vqwae.quantizers.stochastic import StochasticQuantizer
     from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions
+    from vqwae.quantizers.stochastic import StochasticQuantizer
     from vqwae.quantizers.upgrade import upgrade_quantizer_config, upgrade_state_dict
     from vqwae.quantizers.vector import VectorConfig, VectorOptions, VectorQuantizer
     from vqwae.quantizers.wasserstein import WassersteinQuantizer
     from vqwae.quantizers.wasserstein_options import (PaperWassersteinConfig, VQWAEOptions, WassersteinConfig,
                                                        WassersteinOptions)
+    from vqwae.quantizers.registry import QUANTIZERS, build_quantizer
 
 __all__ = [
     "Quantizer", "QuantizerOutput", "WassersteinQuantizer", "PaperWassersteinQuantizer", "VectorQuantizer",

@@ -3,7 +3,7 @@ from typing import TYPE_CHECKING
 
 from vqwae.lazy import attach
 
-if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy): the configuration needs no torch
+if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy), in the API reference's order
     from vqwae.training.config import PRESETS, TrainConfig
     from vqwae.training.trainer import TrainingDiverged, TrainResult, build_model, train
 
