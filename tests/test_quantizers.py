@@ -465,6 +465,28 @@ def test_expiry_needs_the_ema_codebook():
         VectorQuantizer(num_codes=16, dim=DIM, dead_code_threshold=2)
 
 
+def test_rotation_trick_keeps_the_codes_and_rotates_the_gradient_onto_the_latent():
+    """The rotation trick (Fifty et al. 2025): the value is the codeword exactly; the decoder's gradient g reaches the
+    latent z as R^T g, R the rotation of z's direction onto the code's scaled by ||q|| / ||z||: a gradient along the
+    code's direction arrives along z's, scaled, where the copy-gradient trick hands it over unchanged."""
+    torch.manual_seed(0)
+    q = VectorQuantizer(num_codes=8, dim=DIM, ema=True, rotation_trick=True).train()
+    z = torch.randn(4, DIM, 3, 3, requires_grad=True)
+    before = q.embedding.detach().clone()  # the step's EMA moves the codebook after quantizing
+    out = q(z)
+    assert torch.equal(out.quantized, before[out.indices].movedim(-1, 1))
+    codes = out.quantized.detach()
+    (out.quantized * codes).sum().backward()  # the gradient on each quantized vector is its own code
+    z_flat, code_flat, grad_flat = (t.movedim(1, -1).reshape(-1, DIM) for t in (z.detach(), codes, z.grad))
+    expected = code_flat.norm(dim=-1, keepdim=True) ** 2 / z_flat.norm(dim=-1, keepdim=True) ** 2 * z_flat
+    assert torch.allclose(grad_flat, expected, rtol=1e-4, atol=1e-5)
+    copied = VectorQuantizer(num_codes=8, dim=DIM, ema=True).train()
+    copied.load_state_dict(q.state_dict())
+    z2 = z.detach().clone().requires_grad_(True)
+    (copied(z2).quantized * codes).sum().backward()
+    assert torch.allclose(z2.grad, codes)  # the copy: the code itself, whatever z's direction
+
+
 def test_diagnostics_read_the_transport_against_pi_and_its_sampling_floor():
     """diagnostics(): after fit_transport the map's cells hold pi as closely as the sample can tell (within 2x the
     floor of exact draws from pi), its W estimate is a lower bound of exact OT's near its value, and a uniform pi

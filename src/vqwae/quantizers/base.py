@@ -215,6 +215,22 @@ class Quantizer(nn.Module):
         )
 
 
+def rotation_trick(z: torch.Tensor, z_q: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """The rotation trick (Fifty et al., ICLR 2025, Eq. 4-5), the straight-through that vector-quantize-pytorch's
+    ``VectorQuantize`` uses by default: value z_q exactly, but the decoder's gradient reaches z (..., D) rotated from
+    z_q's direction onto z's and scaled by ||z_q|| / ||z||, instead of copied. The map is
+    lam (I - 2 r r^T + 2 q^ e^^T) z with e^ = z / ||z||, q^ = z_q / ||z_q||, r = (e^ + q^) / ||e^ + q^||,
+    lam = ||z_q|| / ||z||, all treated as constants (so z_q gets no gradient from this path). Written as
+    sg(z_q) + (R z - sg(R z)), like ``Quantizer.straight_through``, so the value is bit-identical to the codewords."""
+    q = z_q.detach()
+    z_norm, q_norm = z.detach().norm(dim=-1, keepdim=True).clamp_min(eps), q.norm(dim=-1, keepdim=True).clamp_min(eps)
+    e_hat, q_hat = z.detach() / z_norm, q / q_norm
+    r = e_hat + q_hat
+    r = r / r.norm(dim=-1, keepdim=True).clamp_min(eps)
+    rotated = (q_norm / z_norm) * (z - 2 * r * (r * z).sum(-1, keepdim=True) + 2 * q_hat * (e_hat * z).sum(-1, keepdim=True))
+    return q + (rotated - rotated.detach())
+
+
 def fp32(fn):
     """Run a quantizer's forward in float32 even inside a bf16/fp16 autocast region."""
 

@@ -30,7 +30,7 @@ from vqwae.distributed import is_distributed
 from vqwae.options import check_fields, option
 from vqwae.ot.cost import nearest_code
 from vqwae.ot.histogram import code_histogram
-from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32, masked_mse
+from vqwae.quantizers.base import LatentShape, Quantizer, QuantizerOutput, fp32, masked_mse, rotation_trick
 
 
 INITS = ("normal", "kmeans")
@@ -57,6 +57,8 @@ class VectorOptions:
     kmeans_iters: int = option(10, "vqvae --vq-init kmeans: Lloyd iterations", min=1, flat="vq_kmeans_iters")
     dead_code_threshold: float = option(0.0, "vqvae --ema: a code whose EMA count falls below this is replaced by "
                                         "a latent of the current batch (0: never; the field's: 2)", min=0)
+    rotation_trick: bool = option(False, "vqvae: the decoder's gradient rotated onto the latent instead of copied "
+                                  "(Fifty et al. 2025; vector-quantize-pytorch's default, the field-vq preset's)")
 
     def __post_init__(self):
         check_fields(self)
@@ -67,7 +69,8 @@ class VectorOptions:
         """The options this configuration never reads, or holds at the value that does what vqwae did before
         the option existed (a run's identity leaves them out)."""
         off = ("init", "kmeans_iters") if self.init == "normal" else ()
-        return off + (("dead_code_threshold",) if not self.dead_code_threshold else ())
+        return off + (("dead_code_threshold",) if not self.dead_code_threshold else ()) + (
+            ("rotation_trick",) if not self.rotation_trick else ())
 
 
 @dataclass(frozen=True)
@@ -201,4 +204,5 @@ class VectorQuantizer(Quantizer):
                 self._ema_update(flat.detach(), indices, keep)
                 if cfg.dead_code_threshold:
                     self._expire_dead_codes(flat.detach(), keep)
-        return self._output(z, self.straight_through(flat, z_q), indices, losses, mask)
+        through = rotation_trick(flat, z_q) if cfg.rotation_trick else self.straight_through(flat, z_q)
+        return self._output(z, through, indices, losses, mask)
