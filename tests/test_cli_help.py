@@ -36,9 +36,6 @@ HELP_EVERY_COMMAND = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason="CodebookShape / LatentShape (quantizers/base.py) and VectorOptions / "
-                   "VectorConfig (quantizers/vector.py) are still declared beside torch: moving them to "
-                   "quantizers/shape.py and quantizers/vector_options.py removes this mark")
 @pytest.mark.parametrize("argv", [[], ["--help-all"]], ids=["help", "help-all"])
 def test_every_help_answers_without_torch(argv):
     res = subprocess.run([sys.executable, "-c", HELP_EVERY_COMMAND, *argv], capture_output=True, text=True,

@@ -11,14 +11,16 @@ from typing import TYPE_CHECKING
 from vqwae.lazy import attach
 
 if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy), in the API reference's order
-    from vqwae.quantizers.base import CodebookShape, LatentShape, Quantizer, QuantizerOutput
+    from vqwae.quantizers.shape import CodebookShape, LatentShape
+    from vqwae.quantizers.base import Quantizer, QuantizerOutput
     from vqwae.quantizers.diagnostics import Diagnostics, diagnostics
     from vqwae.quantizers.paper import PaperWassersteinQuantizer
     from vqwae.quantizers.residual import ResidualOutput, ResidualQuantizer
     from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions
     from vqwae.quantizers.stochastic import StochasticQuantizer
     from vqwae.quantizers.upgrade import upgrade_quantizer_config, upgrade_state_dict
-    from vqwae.quantizers.vector import VectorConfig, VectorOptions, VectorQuantizer
+    from vqwae.quantizers.vector_options import VectorConfig, VectorOptions
+    from vqwae.quantizers.vector import VectorQuantizer
     from vqwae.quantizers.wasserstein import WassersteinQuantizer
     from vqwae.quantizers.wasserstein_options import (PaperWassersteinConfig, VQWAEOptions, WassersteinConfig,
                                                        WassersteinOptions)

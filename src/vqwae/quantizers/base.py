@@ -12,8 +12,8 @@ from torch import nn
 
 from vqwae.distributed import is_distributed
 from vqwae.ot.histogram import code_histogram, perplexity_from_counts
-from vqwae.options import check_fields, option
 from vqwae.ot.cost import nearest_code
+from vqwae.quantizers.shape import CodebookShape, LatentShape  # noqa: F401 (their home before)
 
 
 @dataclass
@@ -31,29 +31,6 @@ class QuantizerOutput:
 def _choice(name: str, value, valid) -> None:
     if value not in valid:
         raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(repr, valid))}")
-
-
-@dataclass(frozen=True)
-class CodebookShape:
-    """The codebook's size, shared by every quantizer's config (the method's own options come from a
-    second base class, e.g. ``WassersteinOptions``, which is what a training config holds)."""
-
-    # at most 2^20: 2^20 codes of dimension 64 are 256 MB with as much again for their transport state, beyond any
-    # setting measured; 10^12 would fail deep in the allocator
-    num_codes: int = option(512, "K, the number of codewords", min=1, max=1 << 20)
-    dim: int = option(64, "D, the codeword (and latent) dimension", min=1)
-
-    def __post_init__(self):
-        check_fields(self)
-
-
-@dataclass(frozen=True)
-class LatentShape(CodebookShape):
-    """The codebook's size and how the latents are laid out: what every quantizer's config starts with (the
-    layout is the caller's, not a training option: the paper's networks are channel-first)."""
-
-    channel_last: bool = option(False, "latents are (B, *positions, D), e.g. a sequence (B, N, D), instead of "
-                                "channel-first (B, D, *positions)")
 
 
 class Quantizer(nn.Module):

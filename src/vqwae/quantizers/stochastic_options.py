@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from vqwae.options import check_fields, option
-from vqwae.quantizers.base import LatentShape
+from vqwae.quantizers.shape import LatentShape
 
 
 @dataclass(frozen=True)

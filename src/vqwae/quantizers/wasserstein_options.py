@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from vqwae.options import SCHEDULE, WHERE, check_fields, option
 from vqwae.ot.catalog import CHUNK_ENTRIES, SOLVER_CLASSES
-from vqwae.quantizers.base import LatentShape
+from vqwae.quantizers.shape import LatentShape
 
 if TYPE_CHECKING:
     import torch

@@ -4,7 +4,7 @@
     ├── model        vqwae | vqvae | sqvae
     ├── quantizer    num_codes, dim, shared_pi, and one section per method:
     │   ├── vqwae    VQWAEOptions        (vqwae.quantizers.wasserstein_options: both VQ-WAE quantizers)
-    │   ├── vqvae    VectorOptions       (vqwae.quantizers.vector)
+    │   ├── vqvae    VectorOptions       (vqwae.quantizers.vector_options)
     │   └── sqvae    StochasticOptions   (vqwae.quantizers.stochastic_options)
     ├── network      NetworkOptions      (vqwae.models.network_options: the paper's networks or VQGAN's)
     ├── gan          AdversarialOptions  (vqwae.training.adversarial_options: VQGAN's losses, with arch=vqgan)
@@ -31,10 +31,10 @@ import yaml
 from vqwae.data.options import DataOptions
 from vqwae.models.network_options import NetworkConfig, NetworkOptions
 from vqwae.options import SCHEDULE, WHERE, check_fields, from_flat, identity, option, section, to_flat, to_nested
-from vqwae.quantizers.base import CodebookShape
+from vqwae.quantizers.shape import CodebookShape
 from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions, initial_log_var
 from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT
-from vqwae.quantizers.vector import VectorConfig, VectorOptions
+from vqwae.quantizers.vector_options import VectorConfig, VectorOptions
 from vqwae.quantizers.wasserstein_options import RETIRED, VQWAEOptions
 from vqwae.training.adversarial_options import AdversarialOptions
 
