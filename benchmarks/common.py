@@ -14,11 +14,19 @@ A configuration is (the quantizer's registry kind, its options, its runtime sett
 c3f1090), as ``WassersteinQuantizer`` options with the transport codebook update, the default of the time. Runtime
 settings (``graph_update``, ``compile_update``) are ``set_runtime`` calls.
 
+The comparisons (``peer_comparison.py``, ``hosts.py``, ``residual_comparison.py``, ``controllability_toy.py``) share
+their harness here too: the FSQ levels per K, the ``--variant`` settings' syntax (``parse_settings``), each model's
+own random numbers (``OwnRandomness``), the batches every model of a comparison trains on (``training_batches``)
+and the curves' plot.
+
 The scripts import it as ``from common import ...``: Python puts a script's own folder first on the path.
 """
 from __future__ import annotations
 
+import json
 import os
+import zlib
+from pathlib import Path
 
 import torch
 
@@ -87,3 +95,84 @@ def loadavg() -> str:
         return " ".join(f"{v:.2f}" for v in os.getloadavg())
     except OSError:
         return "n/a"
+
+
+# ---- the comparison harness shared by peer_comparison.py, hosts.py, residual_comparison.py, controllability_toy.py
+# FSQ levels per codebook size: the FSQ paper's recommendations (Mentzer et al. 2023, Table 1) where it gives
+# one, else the product of levels of 8 and 4 that equals K.
+FSQ_LEVELS = {512: (8, 8, 8), 1024: (8, 5, 5, 5), 4096: (7, 5, 5, 5, 5), 8192: (8, 8, 8, 4, 4),
+              16384: (8, 8, 8, 6, 5), 65536: (8, 8, 8, 5, 5, 5)}
+
+
+def parse_settings(text: str) -> dict:
+    """'a=1,b=x' -> {'a': 1, 'b': 'x'} (numbers, true/false and null parsed as JSON, the rest as strings)."""
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, _, value = item.partition("=")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value.strip()
+    return out
+
+
+class OwnRandomness:
+    """Swaps a model's own global-RNG state in around its steps: PyTorch's global generator is shared, so without
+    this a model's random draws (e.g. the data start's randperm) would depend on what the models before it drew."""
+
+    def __init__(self, seed: int, name: str, cuda: bool = False):
+        self.cuda = cuda  # also swap the current CUDA device's generator (draws made on the GPU)
+        with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []):
+            torch.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+            self.state = self._get()
+
+    def _get(self):
+        return torch.get_rng_state(), (torch.cuda.get_rng_state() if self.cuda else None)
+
+    def _set(self, state):
+        torch.set_rng_state(state[0])
+        if self.cuda:
+            torch.cuda.set_rng_state(state[1])
+
+    def __enter__(self):
+        self.outer = self._get()
+        self._set(self.state)
+
+    def __exit__(self, *exc):
+        self.state = self._get()
+        self._set(self.outer)
+
+
+@torch.no_grad()
+def training_batches(train, steps: int, seed: int, batch: int = 32):
+    """(step, images) for steps 1..steps: a seeded shuffle, reshuffled when it runs out. Every model of a
+    comparison trains on these same batches."""
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(len(train), generator=gen)
+    for step in range(1, steps + 1):
+        idx = perm[((step - 1) * batch) % len(train):][:batch]
+        if len(idx) < batch:
+            perm = torch.randperm(len(train), generator=gen)
+            idx = perm[:batch]
+        yield step, torch.stack([train[int(i)][0] for i in idx])
+
+
+def plot(curves: dict, path: Path, dataset: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for n, c in curves.items():
+        steps = [p["step"] for p in c]
+        axes[0].plot(steps, [p["perplexity"] for p in c], marker="o", label=n)
+        axes[1].plot(steps, [p["mse"] for p in c], marker="o", label=n)
+    axes[0].set(xlabel="training step", ylabel="test perplexity", title=f"{dataset}: codebook use")
+    axes[1].set(xlabel="training step", ylabel="test MSE", yscale="log", title=f"{dataset}: reconstruction")
+    for a in axes:
+        a.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

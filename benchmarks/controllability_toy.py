@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_comparison import parse_settings  # noqa: E402
+from common import parse_settings  # noqa: E402
 
 from vqwae.studies.controllability import run  # noqa: E402
 

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peer_comparison import FSQ_LEVELS, OwnRandomness, parse_settings, plot, training_batches  # noqa: E402
+from common import FSQ_LEVELS, OwnRandomness, parse_settings, plot, training_batches  # noqa: E402
 
 from vqwae.data import load_splits  # noqa: E402
 from vqwae.metrics.usage import CodeUsage  # noqa: E402

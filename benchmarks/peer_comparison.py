@@ -25,8 +25,8 @@ import dataclasses
 import json
 import platform
 import statistics
+import sys
 import time
-import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -39,6 +39,9 @@ from vqwae.models import NetworkConfig, VQAutoencoder
 from vqwae.models.networks import build_networks
 from vqwae.quantizers import PaperWassersteinQuantizer, QuantizerOutput, WassersteinQuantizer, build_quantizer, diagnostics
 from vqwae.training.config import TrainConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import FSQ_LEVELS, OwnRandomness, parse_settings, plot, training_batches  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -109,11 +112,6 @@ def _paper_preset() -> dict:
     return {k: v for k, v in dataclasses.asdict(config).items() if k not in shape}
 
 
-# FSQ levels per codebook size: the FSQ paper's recommendations (Mentzer et al. 2023, Table 1) where it gives
-# one, else the product of levels of 8 and 4 that equals K.
-FSQ_LEVELS = {512: (8, 8, 8), 1024: (8, 5, 5, 5), 4096: (7, 5, 5, 5, 5), 8192: (8, 8, 8, 4, 4),
-              16384: (8, 8, 8, 6, 5), 65536: (8, 8, 8, 5, 5, 5)}
-
 # name -> (quantizer kind, quantizer kwargs). "VQ-WAE default" is WassersteinQuantizer() as shipped
 # (and what `vqwae train` uses); the "without ..." rows each undo one of the defaults that depart from the paper,
 # "with codebook_decay 0.95" is the faster codebook EMA that docs/lab/01-07.md#ablation-departures rejects.
@@ -138,18 +136,6 @@ QUANTIZERS = {
 }
 
 
-def parse_settings(text: str) -> dict:
-    """'a=1,b=x' -> {'a': 1, 'b': 'x'} (numbers, true/false and null parsed as JSON, the rest as strings)."""
-    out = {}
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        key, _, value = item.partition("=")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value.strip()
-    return out
-
-
 def build(name: str, channels: int, seed: int, num_codes: int = 512, shared_pi: bool = False) -> VQAutoencoder:
     kind, kwargs = QUANTIZERS[name]
     net = NetworkConfig(in_channels=channels)
@@ -165,47 +151,6 @@ def build(name: str, channels: int, seed: int, num_codes: int = 512, shared_pi: 
     if kind == "wasserstein":
         kwargs = {"num_positions": None if shared_pi else 64, **kwargs}
     return VQAutoencoder(enc, build_quantizer(kind, num_codes=num_codes, dim=64, **kwargs), dec, net)
-
-
-class OwnRandomness:
-    """Swaps a model's own global-RNG state in around its steps: PyTorch's global generator is shared, so without
-    this a model's random draws (e.g. the data start's randperm) would depend on what the models before it drew."""
-
-    def __init__(self, seed: int, name: str, cuda: bool = False):
-        self.cuda = cuda  # also swap the current CUDA device's generator (draws made on the GPU)
-        with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []):
-            torch.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
-            self.state = self._get()
-
-    def _get(self):
-        return torch.get_rng_state(), (torch.cuda.get_rng_state() if self.cuda else None)
-
-    def _set(self, state):
-        torch.set_rng_state(state[0])
-        if self.cuda:
-            torch.cuda.set_rng_state(state[1])
-
-    def __enter__(self):
-        self.outer = self._get()
-        self._set(self.state)
-
-    def __exit__(self, *exc):
-        self.state = self._get()
-        self._set(self.outer)
-
-
-@torch.no_grad()
-def training_batches(train, steps: int, seed: int, batch: int = 32):
-    """(step, images) for steps 1..steps: a seeded shuffle, reshuffled when it runs out. Every model of a
-    comparison trains on these same batches."""
-    gen = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(len(train), generator=gen)
-    for step in range(1, steps + 1):
-        idx = perm[((step - 1) * batch) % len(train):][:batch]
-        if len(idx) < batch:
-            perm = torch.randperm(len(train), generator=gen)
-            idx = perm[:batch]
-        yield step, torch.stack([train[int(i)][0] for i in idx])
 
 
 @torch.no_grad()  # no graph: the same numbers, less memory and time
@@ -309,27 +254,6 @@ def main():
         ratio = f"{r['ratio_to_vqvae']:.2f}" if r["ratio_to_vqvae"] else "-"
         print(f"| {r['quantizer']} | {r['ms_per_step']:.0f} | {ratio} | {r['perplexity']:.1f} | {r['codes_used']} | {r['mse']:.4f} |")
     print(f"\n{meta['command']}\n-> {out}")
-
-
-def plot(curves: dict, path: Path, dataset: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for n, c in curves.items():
-        steps = [p["step"] for p in c]
-        axes[0].plot(steps, [p["perplexity"] for p in c], marker="o", label=n)
-        axes[1].plot(steps, [p["mse"] for p in c], marker="o", label=n)
-    axes[0].set(xlabel="training step", ylabel="test perplexity", title=f"{dataset}: codebook use")
-    axes[1].set(xlabel="training step", ylabel="test MSE", yscale="log", title=f"{dataset}: reconstruction")
-    for a in axes:
-        a.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ def main():
                     help="options of every Wasserstein level, e.g. 'num_positions=64' (one pi per position)")
     ap.add_argument("--tag", default="", help="suffix of the result files")
     args = ap.parse_args()
-    from peer_comparison import parse_settings  # the same 'a=1,b=x' syntax as its --variant
+    from common import parse_settings  # the same 'a=1,b=x' syntax as its --variant
 
     level_options = parse_settings(args.vqwae)
     torch.set_num_threads(args.threads)
