@@ -262,6 +262,19 @@ def test_a_claim_decided_by_less_than_one_runs_noise_is_marked_within_noise():
     assert "config 1 / 2 (1 within noise)" in summary.notes[0]  # a coin toss does not count as holding
 
 
+def test_a_cell_with_a_measured_second_seed_is_as_noisy_as_its_two_seeds(monkeypatch):
+    """SECOND_SEEDS: a report cell whose second seed moved it by 30% makes a 20% win against it "within noise", and
+    leaves the comparisons of the other rows at the usual spread."""
+    from vqwae.reproduce import claims
+
+    monkeypatch.setitem(claims.SECOND_SEEDS, ("cpu", "cifar10", "vqvae-field"), dict(seed=1, rfid=100.0, source="x"))
+    values = {"vqvae-field": 142.0, "sqvae": 120.0, "vqwae": 113.0}
+    close = claims.within_seeds(values, claims.SEED_SPREAD, "cpu", "cifar10", "rfid")
+    assert close(113.0, 142.0)  # 20% apart, the field's two seeds 30%: within noise
+    assert not close(113.0, 125.0)  # 10% apart, neither with a second seed: beyond the 7% seed spread
+    assert not claims.within_seeds(values, claims.SEED_SPREAD, "full", "cifar10", "rfid")(113.0, 142.0)  # other budget
+
+
 def test_the_shipped_row_is_also_checked_against_the_fields_vq_alone():
     from vqwae.reproduce.claims import FIELD_COLUMN, vqwae_best
     from vqwae.reproduce.report import Section, claims_summary
