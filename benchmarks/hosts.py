@@ -56,8 +56,6 @@ from vqwae.metrics.usage import CodeUsage  # noqa: E402
 from vqwae.models import NetworkConfig  # noqa: E402
 from vqwae.models.networks import build_networks  # noqa: E402
 from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer, diagnostics  # noqa: E402
-from vqwae.quantizers.base import rotation_trick, scale_gradient  # noqa: E402
-from vqwae.quantizers.wasserstein_options import latents_per_code_pull  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 SIDE, PATCH = 32, 4  # images are 32x32; the sequence host's tokens are 4x4 patches
@@ -223,55 +221,18 @@ class Peer(nn.Module):
 
 
 class Ours(nn.Module):
-    """A vqwae quantizer (or a ResidualQuantizer of them) built as a user would: ``channel_last=True``.
-    ``rotation``: issue #57's candidate, the rotation trick on the straight-through path."""
+    """A vqwae quantizer (or a ResidualQuantizer of them) built as a user would: ``channel_last=True``."""
 
-    def __init__(self, make, num_codes: int, rotation: bool = False):
+    def __init__(self, make, num_codes: int):
         super().__init__()
-        self.q, self.num_codes, self.rotation = make(), num_codes, rotation
+        self.q, self.num_codes = make(), num_codes
 
     def forward(self, z, mask):
         out = self.q(z, mask)
-        quantized = rotation_trick(z, out.quantized) if self.rotation else out.quantized
-        return quantized, out.indices, out.loss
+        return out.quantized, out.indices, out.loss
 
 
-# ------------------------------------------------------------- issue #57's candidates (deleted once measured)
-class ScheduledPull(WassersteinQuantizer):
-    """Issue #57's candidate: the WS gradient's pull on the latents falls from the default's (``pull=None``) to
-    ``pull_end`` over the run, cosine in ``progress`` (0 -> 1, set by the training loop)."""
-
-    def __init__(self, pull_end: float, **options):
-        super().__init__(**options)
-        self.pull_end, self.progress = pull_end, 0.0
-
-    def _pulled(self, flat, keep):
-        real = flat.numel() // flat.shape[-1] if keep is None else keep.sum()
-        start = latents_per_code_pull(real, self.num_codes)
-        end = min(self.pull_end, start) if not isinstance(start, torch.Tensor) else start.clamp(max=self.pull_end)
-        share = 0.5 * (1 + math.cos(math.pi * min(self.progress, 1.0)))
-        return scale_gradient(flat, end + (start - end) * share)
-
-
-def commitment_pull(ws_weight: float, positions: float, dim: int, commitment: float = 0.25) -> float:
-    """The pull at which the WS gradient on a latent equals the field's commitment loss's, commitment x mean over
-    the latents' values of ||z - sg(q)||^2: per latent 2 commitment (z - q) / (N D) against WS's 2 ws_weight M (z - c)
-    / N with one shared pi (M positions per sample, N = B M latents), so commitment / (ws_weight M D)."""
-    return commitment / (ws_weight * positions * dim)
-
-
-def wasserstein(k: int, d: int, positions: int | None, real_positions: float, pull_end=None, rotation=False, **o):
-    """The VQ-WAE rows and their #57 candidates: ``pull_end`` a number or "commitment", ``rotation`` true/false."""
-    def make():
-        if pull_end is None:
-            return WassersteinQuantizer(num_codes=k, dim=d, channel_last=True, num_positions=positions, **o)
-        end = commitment_pull(o.get("ws_weight", 3e-3), real_positions, d) if pull_end == "commitment" else pull_end
-        return ScheduledPull(float(end), num_codes=k, dim=d, channel_last=True, num_positions=positions, **o)
-
-    return Ours(make, k, rotation=rotation)
-
-
-def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool, real_positions: float) -> dict:
+def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool) -> dict:
     """name -> a function building that quantizer; the VQ-WAE rows are the constructor's defaults."""
     k, d = num_codes, dim
     if residual:
@@ -298,8 +259,9 @@ def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool
         "VQ kmeans+expiry+rotation": lambda **o: Peer("vq", k, d, **o),
         "VQ kmeans+expiry": lambda **o: Peer("vq-no-rotation", k, d, **o),
         "FSQ": lambda **o: Peer("fsq", k, d),
-        "VQ-WAE": lambda **o: wasserstein(k, d, None, real_positions, **o),
-        "VQ-WAE per-position": lambda **o: wasserstein(k, d, positions, real_positions, **o),
+        "VQ-WAE": lambda **o: Ours(lambda: WassersteinQuantizer(num_codes=k, dim=d, channel_last=True, **o), k),
+        "VQ-WAE per-position": lambda **o: Ours(lambda: WassersteinQuantizer(
+            num_codes=k, dim=d, channel_last=True, num_positions=positions, **o), k),
     }
 
 
@@ -408,8 +370,7 @@ def main():
     channels = test_x.shape[1]
     sequence = args.host == "sequence"
     dim = build_host(args.host, channels).dim
-    factories = quantizer_factories(args.num_codes, dim, TOKENS, residual=args.host == "residual",
-                                    real_positions=(16 + TOKENS) / 2 if sequence else TOKENS)  # a mask's mean
+    factories = quantizer_factories(args.num_codes, dim, TOKENS, residual=args.host == "residual")
     if sequence:  # a per-position pi needs every position in every row: no padding
         factories.pop("VQ-WAE per-position")
     names = ([n.strip() for n in args.models.split(",")] if args.models
@@ -439,8 +400,6 @@ def main():
         mask = random_mask(len(x), mask_gen).to(device) if sequence else None
         x = x.to(device)
         for n in names:
-            if isinstance(getattr(models[n].quantizer, "q", None), ScheduledPull):
-                models[n].quantizer.q.progress = (step - 1) / args.steps
             with rngs[n]:
                 t0 = time.perf_counter()
                 loss = models[n].loss(x, mask)
