@@ -199,9 +199,9 @@ def rotation_trick(z: torch.Tensor, z_q: torch.Tensor, eps: float = 1e-12) -> to
     lam (I - 2 r r^T + 2 q^ e^^T) z with e^ = z / ||z||, q^ = z_q / ||z_q||, r = (e^ + q^) / ||e^ + q^||,
     lam = ||z_q|| / ||z||, all treated as constants (so z_q gets no gradient from this path). Written as
     sg(z_q) + (R z - sg(R z)), like ``Quantizer.straight_through``, so the value is bit-identical to the codewords."""
-    q = z_q.detach()
-    z_norm, q_norm = z.detach().norm(dim=-1, keepdim=True).clamp_min(eps), q.norm(dim=-1, keepdim=True).clamp_min(eps)
-    e_hat, q_hat = z.detach() / z_norm, q / q_norm
+    q, e = z_q.detach(), z.detach()
+    z_norm, q_norm = e.norm(dim=-1, keepdim=True).clamp_min(eps), q.norm(dim=-1, keepdim=True).clamp_min(eps)
+    e_hat, q_hat = e / z_norm, q / q_norm
     r = e_hat + q_hat
     r = r / r.norm(dim=-1, keepdim=True).clamp_min(eps)
     rotated = (q_norm / z_norm) * (z - 2 * r * (r * z).sum(-1, keepdim=True) + 2 * q_hat * (e_hat * z).sum(-1, keepdim=True))
