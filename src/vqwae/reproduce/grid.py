@@ -4,11 +4,12 @@ Every experiment is a set of training runs (a ``TrainConfig`` each, identified b
 plus what is measured on them. Runs shared between experiments (the "learned, lambda_r = 1, uniform" cell of
 the initialisation table is also the lambda = 1e-3, lambda_r = 1 cell of the lambda table) are trained once.
 
-The reconstruction and downstream tables have six rows: VQ-VAE, SQ-VAE, the field's VQ twice (the ``field-vq`` preset:
-VQ-VAE with an EMA codebook, a k-means start and dead-code expiry, as practitioners train it, not in the paper; once
-as it is and once with the rotation trick, vector-quantize-pytorch's default, which is worth 25% of test MSE on
-CIFAR-10 and costs 41% on MNIST: docs/lab/48-.md#field-vq-audit), VQ-WAE as published (the ``paper`` preset: exact OT per position, uniform learned pi, lambda = 1e-3, lambda_r = 1
-with the code's mean reduction) and VQ-WAE as shipped (every option at its default, the ``default`` preset). The ablations (codebook size, pi
+The reconstruction and downstream tables have six rows: VQ-VAE, SQ-VAE, the field's VQ twice (the ``field-vq``
+preset: VQ-VAE with an EMA codebook, a k-means start and dead-code expiry, as practitioners train it, not in the
+paper; once as it is and once with the rotation trick, vector-quantize-pytorch's default, which is worth 25% of test
+MSE on CIFAR-10 and costs 41% on MNIST: docs/lab/48-.md#field-vq-audit), VQ-WAE as published (the ``paper`` preset:
+exact OT per position, uniform learned pi, lambda = 1e-3, lambda_r = 1 with the code's mean reduction) and VQ-WAE
+as shipped (every option at its default, the ``default`` preset). The ablations (codebook size, pi
 initialisation, lambda) vary the published configuration; below the full budget they run it with the
 ``semidiscrete`` solver, since exact OT is the slowest part of a CPU run, and a data start (``paper-fast``: from
 the paper's N(0, 1) codebook the semidiscrete solver never leaves one code). Only the amount of training and
