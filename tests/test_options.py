@@ -189,11 +189,41 @@ KEYS_BEFORE_56 = {
 }
 
 
+#: The configurations issue #64's fixes changed (``FIXES``): their keys move, by the fixes' names only.
+FIXED_BY_64 = {"paper": ["straight-through"], "paper-fast": ["straight-through"], "fitted": ["straight-through"],
+               "field-vq": ["ema-count-start"]}
+
+
 @pytest.mark.parametrize("name", list(KEYS_BEFORE_56))
 def test_run_keys_made_before_the_options_were_retired_are_unchanged(name):
+    """A run's key is unchanged unless a fix changed what it trains; then it moves (a run trained before the fix is not
+    reused) and only by the names of the fixes: without them the identity is the one of c3f1090."""
+    import hashlib
+    import json
+
     from vqwae.reproduce.runner import run_key
 
     settings, key = KEYS_BEFORE_56[name]
     settings = dict(settings)
     preset = settings.pop("preset")
-    assert run_key(TrainConfig.resolve(preset=preset, dataset="digits", **settings)) == key
+    cfg = TrainConfig.resolve(preset=preset, dataset="digits", **settings)
+    if name not in FIXED_BY_64:
+        assert "fixes" not in cfg.identity()
+        assert run_key(cfg) == key
+        return
+    ident = cfg.identity()
+    assert ident.pop("fixes") == FIXED_BY_64[name]
+    assert run_key(cfg) != key
+    assert hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:10] == key
+
+
+def test_the_fixes_touch_the_configurations_they_name():
+    """The straight-through fix touches gradient-trained codebooks only (VQ-VAE without EMA or the rotation trick, the
+    paper's VQ-WAE), the EMA start the EMA codebooks; the shipped VQ-WAE and SQ-VAE are untouched."""
+    cases = {(): (), (("model", "vqvae"),): ("straight-through",),
+             (("model", "vqvae"), ("rotation_trick", True)): (),
+             (("model", "vqvae"), ("ema", True)): ("ema-count-start",),
+             (("codebook_update", "gradient"), ("codebook_init", "normal")): ("straight-through",),
+             (("model", "sqvae"),): ()}
+    for settings, fixes in cases.items():
+        assert TrainConfig.resolve(**dict(settings)).fixes() == fixes, settings

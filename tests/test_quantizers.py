@@ -263,7 +263,8 @@ def test_no_code_is_left_dead_where_vq_vae_ema_starves_codes():
 
     torch.manual_seed(0)
     usage_vq = train_codebook_only(VectorQuantizer(num_codes=16, dim=DIM, ema=True))
-    assert int((usage_vq == 0).sum()) >= 10, usage_vq  # measured: 14 dead codes, perplexity 1.89
+    # measured: 6 dead codes (14 before the counts started at 1, issue #64: then an unused code was thrown to ~1e5)
+    assert int((usage_vq == 0).sum()) >= 4, usage_vq
 
 
 def test_pull_scales_only_the_ws_gradient_on_the_latents():

@@ -169,11 +169,13 @@ class Quantizer(nn.Module):
 
     @staticmethod
     def straight_through(z: torch.Tensor, z_q: torch.Tensor) -> torch.Tensor:
-        """Forward value z_q, gradient of the identity to z (the copy-gradient trick, van den Oord et al. 2017).
+        """Forward value z_q, gradient of the identity to z and none to the codebook: z + sg(z_q - z), the
+        copy-gradient trick as VQ-VAE (van den Oord et al. 2017, Eq. 3) and VQ-WAE's authors write it. A codebook
+        learns only through its own loss term (VQ-VAE's codebook loss, VQ-WAE's W), never from the decoder.
 
-        Written as z_q + (z - sg(z)) rather than z + sg(z_q - z): z - sg(z) is exactly 0 in floating point,
-        so the value is bit-identical to the codewords (``indices_to_latents`` matches ``quantized``)."""
-        return z_q + (z - z.detach())
+        Written as sg(z_q) + (z - sg(z)): z - sg(z) is exactly 0 in floating point, so the value is bit-identical to
+        the codewords (``indices_to_latents`` matches ``quantized``), which z + sg(z_q - z) is not."""
+        return z_q.detach() + (z - z.detach())
 
     def _output(self, z, flat_q, indices, losses, mask=None, perplexity=None) -> QuantizerOutput:
         """Outputs in z's layout from the (B, M, D) quantized latents and (B, M) indices (``perplexity``: the batch's,

@@ -46,7 +46,9 @@ class VectorQuantizer(Quantizer):
         cfg = self.config
         num_codes, dim = cfg.num_codes, cfg.dim
         self.embedding = nn.Parameter(torch.randn(num_codes, dim), requires_grad=not cfg.ema)  # N(0, 1)
-        self.register_buffer("ema_cluster_size", torch.zeros(num_codes))
+        # Each code starts as if it had held one latent, itself (vector-quantize-pytorch starts its counts at 1 too):
+        # with a count of 0 the first update divides a code no latent chose by the smoothing epsilon (x ~1e5).
+        self.register_buffer("ema_cluster_size", torch.ones(num_codes))
         self.register_buffer("ema_embed_sum", self.embedding.detach().clone())
         if cfg.init == "kmeans":  # set once the k-means start is done (saved: a resumed run keeps its codebook)
             self.register_buffer("codebook_initialized", torch.zeros((), dtype=torch.bool))
@@ -84,8 +86,9 @@ class VectorQuantizer(Quantizer):
     def _kmeans_init(self, flat: torch.Tensor, keep: torch.Tensor | None) -> bool:
         """init="kmeans": the codebook becomes k-means (Lloyd, ``kmeans_iters`` iterations) of this batch's real
         latents, started from K of them (drawn with replacement when the batch holds fewer than K); the EMA
-        statistics start at the clusters' counts and sums. Rank 0's result is broadcast under DDP. Returns False
-        (try the next batch) when the batch holds no real latent."""
+        statistics start at the clusters' counts and sums, an empty cluster's at count 1 and its codeword (it keeps
+        its place rather than jumping to the origin at the next update). Rank 0's result is broadcast under DDP.
+        Returns False (try the next batch) when the batch holds no real latent."""
         x = flat.reshape(-1, self.dim) if keep is None else flat[keep]  # a host read, on the first step only
         n, k = x.shape[0], self.num_codes
         if is_distributed():  # every rank follows rank 0, which must hold latents
@@ -108,6 +111,7 @@ class VectorQuantizer(Quantizer):
             packed = torch.cat([means, counts[:, None]], dim=1)
             dist.broadcast(packed, src=0)
             means, counts = packed[:, :-1], packed[:, -1]
+        counts = counts.clamp_min(1)  # an empty cluster: its codeword, held by one latent
         self.embedding.copy_(means)
         self.ema_cluster_size.copy_(counts)
         self.ema_embed_sum.copy_(means * counts[:, None])

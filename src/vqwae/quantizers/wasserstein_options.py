@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
 from vqwae.options import SCHEDULE, WHERE, check_fields, option
-from vqwae.ot.catalog import CHUNK_ENTRIES, SOLVER_CLASSES
+from vqwae.ot.catalog import CHUNK_ENTRIES, SOLVER_CLASSES, authors_dual_epsilon
 from vqwae.quantizers.shape import LatentShape
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class PaperOptions(_SharedOptions):
                          "sinkhorn and dual, its entropic forms)", choices=SOLVERS)
     kl_reduction: str = option("sum", "vqwae: KL over codes: sum (the paper) or mean (/K, the authors' code)",
                                choices=("sum", "mean"))
-    epsilon: float = option(0.05, "vqwae sinkhorn / dual: entropic regularisation, relative to the batch's mean cost",
+    epsilon: float = option(0.05, "vqwae sinkhorn: entropic regularisation, relative to the batch's mean cost",
                             min=0)
     sinkhorn_iters: int = option(50, "vqwae sinkhorn: iteration cap", min=1)
     sinkhorn_tol: float = option(1e-3, "vqwae sinkhorn: marginal-error tolerance (0: run all iterations, no host sync)",
@@ -112,6 +112,9 @@ class PaperOptions(_SharedOptions):
     phi_iterations: int = option(5, "vqwae dual: inner ascent steps on phi per training step", min=0)
     phi_lr: float = option(1e-3, "vqwae dual: inner Adam learning rate", min=0)
     phi_hidden: int = option(64, "vqwae dual: hidden width of each potential MLP", min=1)
+    dual_epsilon: float | None = option(None, "vqwae dual: entropic regularisation, absolute, as the authors' "
+                                        f"(None: their {authors_dual_epsilon('mnist')} on MNIST, "
+                                        f"{authors_dual_epsilon(None)} otherwise)", min=0)
     global_batch: bool = option(False, "vqwae under DDP: solve the OT over the latents of all ranks",
                                 negative="local-batch")
     codebook_init: str = option("data", "vqwae: codebook start: data (K latents of the first training batches) or "
@@ -124,6 +127,8 @@ class PaperOptions(_SharedOptions):
                              f"solver={self.solver!r}")
         if self.solver == "sinkhorn" and not self.epsilon > 0:
             raise ValueError(f"solver='sinkhorn' needs epsilon > 0, got {self.epsilon}")
+        if self.dual_epsilon is not None and not self.dual_epsilon > 0:
+            raise ValueError(f"dual_epsilon must be > 0, got {self.dual_epsilon}")
 
 
 def _num_positions():
@@ -232,6 +237,8 @@ class VQWAEOptions(PaperOptions, WassersteinOptions):
             unread += ("quantize",)
         if not self.fit_steps:
             unread += ("fit_steps",)
+        if self.solver != "dual":
+            unread += ("dual_epsilon",)
         return unread
 
     def retired(self) -> dict:

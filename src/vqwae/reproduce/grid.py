@@ -73,6 +73,12 @@ BUDGETS = {
                   "evaluated for the metrics its tables show", epochs=5,
                   train_limit=20000, eval_limit=1000, max_steps=3000, prior_epochs=3, gen_samples=1000,
                   tsne_points=1000, ablation_preset="paper-fast", eval_everything=False),
+    "long": Budget("long", "where each row is heading: the cpu budget's data (the first 20,000 training images, "
+                   "1,000 test images) and 10,000 steps of 32 (16 epochs), validation MSE and perplexity after every "
+                   "epoch (625 steps) for the learning curves; MSE, PSNR and SSIM at the native resolution, no LPIPS "
+                   "or rFID (the cpu budget has them)", epochs=16, train_limit=20000, eval_limit=1000,
+                   max_steps=10000, resolution="native", fid=False, lpips=False, eval_everything=False,
+                   ablation_preset="paper-fast"),
     "full": Budget("full", "the paper's: full training sets, 100 epochs, whole test sets", epochs=100,
                    train_limit=None, eval_limit=None, prior_epochs=50, gen_samples=10000, tsne_points=2000),
 }

@@ -10,14 +10,16 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from vqwae.files import atomic_write_text
+from vqwae.files import atomic_path, atomic_write_text
 from vqwae.distributed import resolve_device
 from vqwae.figures import reconstruction_grid, training_curves, usage_histogram
 from vqwae.metrics.evaluate import evaluate_reconstructions, load_metric_networks
 from vqwae.metrics.fid_cache import FIDStatsCache
+from vqwae.provenance import provenance
 from vqwae.runs import layout
 from vqwae.runs.generation import real_stats_key
 
@@ -95,9 +97,25 @@ def evaluate_run(
     # an earlier evaluation's optional metrics and skip notes do not describe this one's images or weights
     merged = layout.update_eval(run_dir, result, drop=("lpips_vgg", "lpips_vgg_skipped", "lpips_skipped",
                                                        "rfid_skipped", "rfid_real_stats"))
+    _keep_reconstructions(run_dir, model, data, dev, split)
+    layout.append_provenance(run_dir, provenance("eval", dev, split=split, limit=limit,
+                                                 weights_fingerprint=result["weights_fingerprint"]))
     if pictures:
         _pictures(run_dir, model, data, counts, dev, split)
     return merged
+
+
+@torch.no_grad()
+def _keep_reconstructions(run_dir: Path, model, data, device, split: str) -> None:
+    """The split's first RECONSTRUCTION_SAMPLES reconstructions as uint8 (N, H, W, C), with the images' indices: a
+    report draws the same images for every row from the runs' records, without their weights."""
+    n = min(layout.RECONSTRUCTION_SAMPLES, len(data))
+    x = torch.stack([data[i][0] for i in range(n)]).to(device)
+    x_hat = model(x)[0].clamp(0, 1)
+    pixels = (x_hat * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
+    with atomic_path(layout.reconstructions_npz(run_dir, split)) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, reconstructions=pixels, indices=np.arange(n))
 
 
 @torch.no_grad()

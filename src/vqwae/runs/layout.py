@@ -17,7 +17,8 @@ from vqwae.training.folder import (  # re-exported (__all__): the run folder's n
     CONFIG, MODEL_WEIGHTS, MODEL_CONFIG, METRICS, STATE, LOCK, EVAL, TRAINING_CURVES, TSNE, TENSORBOARD, SAMPLES,
     PRIOR, ALT_PRIORS, RECORD_FILES, code_usage_json, code_usage_png, reconstructions_png, record_files,
     has_weights, model_fingerprint, existing_run_files, check_trained, write_config, last_epoch, read_metrics,
-    append_metrics, truncate_metrics, read_eval, update_eval, fit_pending,
+    append_metrics, truncate_metrics, read_eval, update_eval, fit_pending, PROVENANCE, append_provenance,
+    read_provenance, RECONSTRUCTION_SAMPLES, reconstructions_npz,
 )
 
 PathLike = str | os.PathLike
@@ -28,7 +29,8 @@ __all__ = [  # this module's own, then the run folder's names and writers re-exp
     "TENSORBOARD", "SAMPLES", "PRIOR", "ALT_PRIORS", "RECORD_FILES", "code_usage_json", "code_usage_png",
     "reconstructions_png", "record_files", "has_weights", "model_fingerprint", "existing_run_files", "check_trained",
     "write_config", "last_epoch", "read_metrics", "append_metrics", "truncate_metrics", "read_eval", "update_eval",
-    "fit_pending",
+    "fit_pending", "PROVENANCE", "append_provenance", "read_provenance", "RECONSTRUCTION_SAMPLES",
+    "reconstructions_npz",
 ]
 
 

@@ -35,6 +35,7 @@ from vqwae.quantizers.shape import CodebookShape
 from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions, initial_log_var
 from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT
 from vqwae.quantizers.vector_options import VectorConfig, VectorOptions
+from vqwae.ot.catalog import authors_dual_epsilon
 from vqwae.quantizers.wasserstein_options import RETIRED, VQWAEOptions
 from vqwae.training.adversarial_options import AdversarialOptions
 
@@ -76,6 +77,18 @@ PRESETS: dict[str, dict] = {
                  ch_mult="1,1,2,2,4", num_res_blocks=2, attn_resolutions="16", z_channels=256,
                  perceptual_weight=1.0, disc_weight=0.8, disc_start=30001, beta=0.25, ws_weight=1e-3,
                  kl_weight=1.0, shared_pi=False, pull=1.0, lr=4.5e-6 * 32, batch_size=32, epochs=100),
+}
+
+#: Fixes that changed what a configuration trains with the same options (issue #64), each with the configurations it
+#: touches. A run's identity names those that touch it, so that a run trained before a fix is not taken for one trained
+#: after (the reproduction's cache keys); the identities of the runs no fix touches are unchanged.
+FIXES = {
+    # the straight-through no longer passes the decoder's gradient to a gradient-trained codebook (z + sg(z_q - z))
+    "straight-through": lambda c: ((c.model == "vqvae" and not c.quantizer.vqvae.ema
+                                    and not c.quantizer.vqvae.rotation_trick)
+                                   or (c.model == "vqwae" and not c.quantizer.vqwae.product)),
+    # EMA counts start at 1 with the codeword as the sum (an unused code is no longer divided by epsilon)
+    "ema-count-start": lambda c: c.model == "vqvae" and c.quantizer.vqvae.ema,
 }
 
 
@@ -181,7 +194,12 @@ class TrainConfig:
         nested = identity(self, self.unread())
         if self.model == "vqwae":
             nested["quantizer"]["vqwae"].update(self.quantizer.vqwae.retired())
-        return {"format_version": IDENTITY_VERSION, **nested}
+        fixes = self.fixes()
+        return {"format_version": IDENTITY_VERSION, **nested, **({"fixes": list(fixes)} if fixes else {})}
+
+    def fixes(self) -> tuple[str, ...]:
+        """The fixes (``FIXES``) that changed what this configuration trains."""
+        return tuple(name for name, touches in FIXES.items() if touches(self))
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
@@ -256,7 +274,10 @@ class TrainConfig:
         q = self.quantizer
         shape = dict(num_codes=q.num_codes, dim=q.dim)
         if self.model == "vqwae":
-            return q.vqwae.quantizer_config(q.num_codes, q.dim, None if q.shared_pi else latent_positions)
+            vqwae = q.vqwae
+            if vqwae.solver == "dual" and vqwae.dual_epsilon is None:
+                vqwae = dataclasses.replace(vqwae, dual_epsilon=authors_dual_epsilon(self.data.dataset))
+            return vqwae.quantizer_config(q.num_codes, q.dim, None if q.shared_pi else latent_positions)
         if self.model == "vqvae":
             return "vector", VectorConfig(**dataclasses.asdict(q.vqvae), **shape)
         sq = q.sqvae

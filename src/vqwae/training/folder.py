@@ -4,6 +4,8 @@
     RUN_DIR/model.safetensors          best weights by validation MSE
     RUN_DIR/model_config.json          the model's own config (VQAutoencoder.from_pretrained(RUN_DIR))
     RUN_DIR/metrics.jsonl              one JSON object per epoch
+    RUN_DIR/provenance.jsonl           one line per training start or resume and per evaluation: the commit, date,
+                                       torch, Python and device (vqwae.provenance)
     RUN_DIR/state.pt                   resumable training state (vqwae.training.checkpoint)
     RUN_DIR/.metrics.pending.json      the last epoch's metrics line until its state.pt is written
     RUN_DIR/transport_fit.json         fit_steps: the transport map solved on the saved weights (cells' TV before/after)
@@ -11,6 +13,7 @@
     RUN_DIR/eval.json                  results of eval / probe / tsne / generation, merged key by key
     RUN_DIR/code_usage_SPLIT.json|png  code histogram of a split (and the learned pi)
     RUN_DIR/reconstructions_SPLIT.png  originals above reconstructions
+    RUN_DIR/reconstructions_SPLIT.npz  the first RECONSTRUCTION_SAMPLES images' reconstructions, uint8 (a report's grid)
     RUN_DIR/training_curves.png        metrics.jsonl as curves
     RUN_DIR/tsne.png                   t-SNE of the quantized latents
     RUN_DIR/tensorboard/               TensorBoard event files (vqwae train --logger tensorboard)
@@ -40,6 +43,7 @@ CONFIG = "config.json"
 MODEL_WEIGHTS = WEIGHTS_NAME  # "model.safetensors": the model folder's files are the model's (PretrainedMixin)
 MODEL_CONFIG = VQAutoencoder.config_name  # "model_config.json"
 METRICS = "metrics.jsonl"
+PROVENANCE = "provenance.jsonl"
 STATE = "state.pt"
 METRICS_PENDING = ".metrics.pending.json"  # an epoch's metrics line until its state is saved (append_metrics)
 LOCK = "run.lock"
@@ -55,7 +59,7 @@ ALT_PRIORS = {True: "prior_cond", False: "prior_uncond"}
 
 PathLike = str | os.PathLike
 #: The files of a run's record (plus code_usage_SPLIT.json): what `vqwae reproduce --records` keeps.
-RECORD_FILES = (CONFIG, MODEL_CONFIG, METRICS, EVAL, TSNE, TRANSPORT_FIT)
+RECORD_FILES = (CONFIG, MODEL_CONFIG, METRICS, EVAL, TSNE, TRANSPORT_FIT, PROVENANCE)
 
 
 def code_usage_json(run_dir: PathLike, split: str) -> Path:
@@ -70,10 +74,35 @@ def reconstructions_png(run_dir: PathLike, split: str) -> Path:
     return Path(run_dir) / f"reconstructions_{split}.png"
 
 
+def append_provenance(run_dir: PathLike, line: dict) -> None:
+    """Log one line of what a step of the run ran with (``vqwae.provenance.provenance``)."""
+    append_line(Path(run_dir) / PROVENANCE, json.dumps(line, sort_keys=True))
+
+
+def read_provenance(run_dir: PathLike) -> list[dict]:
+    """The provenance log's lines (a line cut short by a crash is skipped)."""
+    path, lines = Path(run_dir) / PROVENANCE, []
+    if path.is_file():
+        for text in path.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                lines.append(json.loads(text))
+    return lines
+
+
+#: How many of a split's first images an evaluation keeps the reconstructions of (reconstructions_npz)
+RECONSTRUCTION_SAMPLES = 16
+
+
+def reconstructions_npz(run_dir: PathLike, split: str) -> Path:
+    return Path(run_dir) / f"reconstructions_{split}.npz"
+
+
 def record_files(run_dir: PathLike) -> list[Path]:
-    """The files of RUN_DIR's record that exist (RECORD_FILES and the code usage histograms' JSON)."""
+    """The files of RUN_DIR's record that exist (RECORD_FILES, the code usage histograms' JSON and the kept
+    reconstructions)."""
     d = Path(run_dir)
-    return [d / n for n in RECORD_FILES if (d / n).is_file()] + sorted(d.glob("code_usage_*.json"))
+    return ([d / n for n in RECORD_FILES if (d / n).is_file()] + sorted(d.glob("code_usage_*.json"))
+            + sorted(d.glob("reconstructions_*.npz")))
 
 
 def has_weights(run_dir: PathLike) -> bool:

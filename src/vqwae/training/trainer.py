@@ -38,6 +38,7 @@ from vqwae.data import load_splits
 from vqwae.metrics.usage import CodeUsage
 from vqwae.models import VQAutoencoder, build_networks
 from vqwae.progress import progress_bar, refresh_interval
+from vqwae.provenance import provenance
 from vqwae.quantizers import build_quantizer
 from vqwae.training import folder
 from vqwae.training.lock import hold_run_folder
@@ -265,6 +266,8 @@ class _Training:
         main = self.dist.is_main
         if main:  # only once the data, the model and any saved state have loaded: a failed start changes nothing
             folder.write_config(self.run_dir, self.cfg)
+            folder.append_provenance(self.run_dir, provenance("train", self.device, step=self.step,
+                                                              world_size=self.dist.world_size))
         if self.resume and main:
             # Lines of epochs after the saved state (or every line, when killed before the first state was
             # written) are written again by this run.

@@ -1,0 +1,46 @@
+"""What a result ran with: the code (the git commit of vqwae's source, and whether it had uncommitted changes), the
+date, torch and Python, and the device. A run folder logs one line of it each time training starts or resumes and
+each time the run is evaluated (``training.folder.PROVENANCE``), so a number can be traced to the code that made it
+without naming the machine's paths."""
+from __future__ import annotations
+
+import functools
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+import vqwae
+
+
+@functools.lru_cache(maxsize=1)
+def source_commit() -> tuple[str | None, bool | None]:
+    """(the commit of the git checkout vqwae is imported from, whether its tracked files differ from it), or
+    (None, None) for an installed copy or without git. Read once per process."""
+    src = Path(vqwae.__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True, timeout=10)
+        if commit.returncode != 0:
+            return None, None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=src,
+                                capture_output=True, text=True, timeout=10)
+        return commit.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def describe_device(device: torch.device) -> str:
+    """"cuda: NVIDIA H100 ..." or "cpu: N threads" (the processor's model, not the host's name)."""
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return f"{device.type}: {torch.get_num_threads()} threads, {platform.machine()}"
+
+
+def provenance(event: str, device: torch.device, **extra) -> dict:
+    """One line of a run's provenance log: ``event`` ("train", "eval", ...), when, with what code and on what."""
+    commit, dirty = source_commit()
+    return {"event": event, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": commit,
+            "uncommitted_changes": dirty, "vqwae": vqwae.__version__, "torch": torch.__version__,
+            "python": platform.python_version(), "device": describe_device(device), **extra}
