@@ -45,7 +45,7 @@ def test_smoke_runs_every_experiment_and_writes_the_report(smoke):
     rep, first, *_ = smoke
     assert first.exit_code == 0, first.output + repr(first.exception)
     md = (rep / "REPORT.md").read_text()
-    for title in ("Reconstruction", "Codebook size", "Initialisation of pi", "lambda and lambda_r", "Linear probe",
+    for title in ("Reconstruction", "Learning curves", "Codebook size", "Initialisation of pi", "lambda and lambda_r", "Linear probe",
                   "Generation", "Controllability", "t-SNE", "FFHQ: VQGAN and VQ-WAE inside VQGAN", "Datasets not run"):
         assert f"## {title}" in md, title
     ffhq = md[md.index("## FFHQ"):md.index("## Datasets not run")]
@@ -59,10 +59,25 @@ def test_smoke_runs_every_experiment_and_writes_the_report(smoke):
     # the reader's summary comes first: each claim against the published and the shipped configuration
     summary = md[md.index("## Summary"):md.index("## Reconstruction")]
     assert "VQ-WAE as published" in summary and "VQ-WAE as shipped" in summary and "Holds / checked" in summary
-    recon = md[md.index("## Reconstruction"):md.index("## Codebook size")]
-    for name in ("VQ-VAE", "SQ-VAE", "VQ-WAE (paper)", "VQ-WAE (shipped)"):
+    assert "recipe" in summary  # claims needing options beyond a row's own have their own column
+    recon = md[md.index("## Reconstruction"):md.index("## Learning curves")]
+    for name in ("VQ-VAE", "SQ-VAE (unit-scale latents)", "VQ-WAE (paper)", "VQ-WAE (shipped)"):
         assert f"| digits | {name} |" in recon, name
     assert "[paper]" in recon and "[shipped]" in recon
+    assert "sony/sqvae" in recon and "latent_scale" in recon  # what the SQ-VAE row is, and the measured difference
+    assert "recon_images_digits.png" in recon  # the same test images, then each row's reconstructions
+    curves = md[md.index("## Learning curves"):md.index("## Codebook size")]
+    assert "learning_curves_digits.png" in curves and "| digits | VQ-WAE (paper) |" in curves
+    sizes = md[md.index("## Codebook size"):md.index("## Initialisation of pi")]
+    assert "VQ-WAE (`paper-fast`)" in sizes and "paper-fast" in sizes.splitlines()[2]  # named where it runs
+    # every record says what it ran with, and names no path of this machine
+    for config in (rep.parent / "records").glob("*/*/config.json"):
+        text = config.read_text()
+        assert str(rep.parent) not in text and json.loads(text)["data"]["data_root"] is None, config
+        provenance = [json.loads(line) for line in (config.parent / "provenance.jsonl").read_text().splitlines()]
+        assert {p["event"] for p in provenance} >= {"train", "eval"}
+        assert all(p["torch"] and p["device"] and p["date"] and "commit" in p for p in provenance)
+    assert str(rep.parent) not in md
     assert "paper-fast" in md  # the ablations say they ran the fast solver
     html = (rep / "REPORT.html").read_text()
     assert "data:image/png;base64," in html and "<table>" in html
@@ -183,7 +198,19 @@ def test_unknown_experiment_and_budget_are_rejected(tmp_path):
     r = CliRunner().invoke(app, ["reproduce", "--experiment", "recon,fid", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "valid: recon" in r.output
     r = CliRunner().invoke(app, ["reproduce", "--budget", "huge", "--out", str(tmp_path)])
-    assert r.exit_code == 2 and "valid: smoke, cpu, full" in r.output
+    assert r.exit_code == 2 and "valid: smoke, cpu, long, full" in r.output
+
+
+def test_the_long_budget_continues_the_cpu_budgets_runs():
+    """The long budget trains the cpu budget's rows on the same data and evaluation images, 10,000 steps instead of
+    3,000: its first 3,000 steps are the cpu run's (same batches, same schedule), only the schedule's options differ."""
+    cpu, long = BUDGETS["cpu"], BUDGETS["long"]
+    assert (long.train_limit, long.eval_limit, long.max_steps) == (cpu.train_limit, cpu.eval_limit, 10_000)
+    assert long.epochs * long.train_limit // 32 >= long.max_steps  # 16 epochs of 625 steps hold the 10,000
+    for row in MODELS:
+        a, b = (row_spec("mnist", row).config_values(x, "DATA") for x in (cpu, long))
+        assert {k for k in a if a[k] != b[k]} == {"epochs", "max_steps"}, row
+    assert {s for s in runs_for("curves", "mnist", long)} == {s for s in runs_for("recon", "mnist", long)}
 
 
 def test_paper_numbers_cover_the_tables():
@@ -247,15 +274,16 @@ def test_a_claim_decided_by_less_than_one_runs_noise_is_marked_within_noise():
     probe = within_accuracy_error(1000)
     assert probe(42.0, 40.0) and not probe(45.0, 40.0) and not within_accuracy_error(100_000)(42.0, 40.0)
     # the lambda table's claim compares two spreads, each as noisy as one run: CIFAR-10's 12.5 vs 14.4 at rFID ~100
-    # is a coin toss at the 7% of test MSE; MNIST's 2.7 vs 0.9 at rFID ~20 is not at 7%, but is at MNIST's own
-    # measured rFID noise (two seeds: 25.9 and 15.4)
+    # is a coin toss at the default spread (20%); MNIST's 2.7 vs 0.9 at rFID ~20 is not at a 7% noise, but is at
+    # MNIST's own measured rFID noise (two seeds: 25.9 and 15.4)
     cifar = claim_steadier("steadier", {1.0: [90.6, 89.2, 101.7], 0.0: [96.2, 92.4, 106.8]})
     rows = {1.0: [20.7, 18.0, 20.6], 0.0: [16.2, 15.8, 16.7]}
-    assert (cifar.verdict, claim_steadier("steadier", rows).verdict) == ("holds (within noise)", "DOES NOT HOLD")
+    assert (cifar.verdict, claim_steadier("steadier", rows, noise=0.07).verdict) == ("holds (within noise)",
+                                                                                     "DOES NOT HOLD")
     assert claim_steadier("steadier", rows, noise=RFID_SEED_SPREAD["mnist"]).verdict == "DOES NOT HOLD (within noise)"
-    assert within_rfid_spread("mnist")(25.9, 15.4) and not within_rfid_spread("cifar10")(100.0, 90.0)
-    assert within_rfid_spread("cifar10")(100.0, 95.0)  # a dataset without its own measurement: SEED_SPREAD
-    # a trend is within noise when any step of it is: 24.4 > 17.0 < 18.1 fails, but by one step of 7%
+    assert within_rfid_spread("mnist")(25.9, 15.4) and not within_rfid_spread("cifar10")(100.0, 75.0)
+    assert within_rfid_spread("cifar10")(100.0, 85.0)  # a dataset without its own measurement: SEED_SPREAD
+    # a trend is within noise when any step of it is: 24.4 > 17.0 < 18.1 fails, but by one step of 6%
     falls = claim_monotone("falls", [24.4, 17.0, 18.1, 18.0], rising=False)
     steep = claim_monotone("grows", [55.0, 116.0, 235.0, 481.0], rising=True)
     assert (falls.verdict, steep.verdict) == ("DOES NOT HOLD (within noise)", "holds")
@@ -273,8 +301,8 @@ def test_a_cell_with_a_measured_second_seed_is_as_noisy_as_its_two_seeds(monkeyp
     monkeypatch.setitem(claims.SECOND_SEEDS, ("cpu", "cifar10", "vqvae-field"), dict(seed=1, rfid=100.0, source="x"))
     values = {"vqvae-field": 142.0, "sqvae": 120.0, "vqwae": 113.0}
     close = claims.within_seeds(values, claims.SEED_SPREAD, "cpu", "cifar10", "rfid")
-    assert close(113.0, 142.0)  # 20% apart, the field's two seeds 30%: within noise
-    assert not close(113.0, 125.0)  # 10% apart, neither with a second seed: beyond the 7% seed spread
+    assert close(113.0, 142.0)  # 20.4% apart, the field's two seeds 30%: within noise
+    assert not close(113.0, 145.0)  # 22% apart, neither with a second seed: beyond the 20% default spread
     assert not claims.within_seeds(values, claims.SEED_SPREAD, "full", "cifar10", "rfid")(113.0, 142.0)  # other budget
 
 

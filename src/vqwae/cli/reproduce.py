@@ -14,11 +14,12 @@ Opt = typer.Option
 
 
 def reproduce_command(
-    experiment: str = Opt("all", help="recon | codebook-size | pi-init | lambda | probe | generation | "
+    experiment: str = Opt("all", help="recon | curves | codebook-size | pi-init | lambda | probe | generation | "
                                       "controllability | tsne | ffhq (VQGAN vs VQ-WAE in VQGAN, on FFHQ under "
                                       "--data-root) | all (comma-separated for several)"),
     datasets: str = Opt("mnist,cifar10", help="Comma-separated: mnist, cifar10, svhn, celeba, digits, ..."),
-    budget: str = Opt("smoke", help="smoke (minutes, a test) | cpu (hours on 2 CPU cores) | full (the paper's)"),
+    budget: str = Opt("smoke", help="smoke (minutes, a test) | cpu (hours on 2 CPU cores) | long (10,000 steps, "
+                                    "for recon and curves) | full (the paper's)"),
     data_root: str | None = Opt(None, help="Folder holding the datasets (e.g. ../shared/data)."),
     out: Path = Opt(Path("runs/reproduce"), help="Output folder: runs/, figures/, REPORT.md, REPORT.html."),
     jobs: int = Opt(1, help="Runs trained at once (each with fewer CPU threads)."),

@@ -8,7 +8,7 @@ from typing import Iterable
 
 from vqwae.figures._common import PathLike, new_figure, save_png
 
-__all__ = ["read_metrics_jsonl", "group_metric_keys", "training_curves"]
+__all__ = ["read_metrics_jsonl", "group_metric_keys", "training_curves", "learning_curves"]
 
 _X_KEYS = ("epoch", "step", "global_step", "iteration")
 
@@ -118,5 +118,36 @@ def training_curves(metrics_jsonl_path: PathLike, path: PathLike, *, title: str 
     for j in range(len(panels), nrows * ncols):
         axes[j // ncols][j % ncols].set_visible(False)
     fig.suptitle(title or f"Training curves ({Path(metrics_jsonl_path).name})", fontsize=12)
+    fig.tight_layout()
+    return save_png(fig, path)
+
+
+def learning_curves(curves: dict[str, list[tuple[float, float, float]]], path: PathLike, *,
+                    marks: dict[str, dict[str, float]] | None = None, title: str = "") -> Path:
+    """Perplexity and MSE against training steps, a line per model: ``curves`` {label: [(step, mse, perplexity)]}.
+    ``marks`` {label: {"mse": v, "perplexity": v}}: reference values (e.g. the paper's, the authors' logs) drawn as
+    points at the right edge, in each panel where they have a value."""
+    fig = new_figure(11.0, 4.2)
+    ax_ppl, ax_mse = fig.subplots(1, 2)
+    end = max((p[0] for points in curves.values() for p in points), default=1)
+    for label, points in curves.items():
+        points = [p for p in points if all(_is_number(v) for v in p)]
+        if not points:
+            continue
+        steps, mse, ppl = zip(*points)
+        line = ax_ppl.plot(steps, ppl, marker=".", label=label)[0]
+        ax_mse.plot(steps, mse, marker=".", color=line.get_color(), label=label)
+    for (label, values), marker in zip((marks or {}).items(), "*DXP^v"):
+        for ax, key in ((ax_ppl, "perplexity"), (ax_mse, "mse")):
+            if _is_number(values.get(key)):
+                ax.plot([end], [values[key]], marker=marker, markersize=10, linestyle="none", color="black",
+                        markerfacecolor="none", label=label)
+    ax_ppl.set(xlabel="training step", ylabel="validation perplexity", title="codebook perplexity")
+    ax_mse.set(xlabel="training step", ylabel="validation MSE (log)", title="reconstruction MSE", yscale="log")
+    for ax in (ax_ppl, ax_mse):
+        ax.grid(alpha=0.3)
+    ax_mse.legend(fontsize=7, loc="upper right")
+    if title:
+        fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return save_png(fig, path)

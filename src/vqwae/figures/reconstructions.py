@@ -8,7 +8,7 @@ import numpy as np
 
 from vqwae.figures._common import DPI, PathLike, images_to_numpy, new_figure, save_png
 
-__all__ = ["reconstruction_grid"]
+__all__ = ["reconstruction_grid", "reconstruction_rows"]
 
 
 def _strip(images: np.ndarray, nrow: int, pad: int) -> np.ndarray:
@@ -76,4 +76,41 @@ def reconstruction_grid(
         fig.suptitle(f"{title}:{sep}originals above reconstructions ({n} images)", fontsize=11,
                      y=1 - 0.08 / fig_h, va="top")
     fig.subplots_adjust(top=1 - head / fig_h, bottom=0.05 / fig_h, left=1.5 / fig_w, right=1 - 0.1 / fig_w, hspace=0.12)
+    return save_png(fig, path)
+
+
+def reconstruction_rows(rows: dict[str, np.ndarray], path: PathLike, *, title: str | None = None) -> Path:
+    """One labelled strip per entry of ``rows`` {label: images (N, H, W, C) uint8 or in [0, 1]}, in order: e.g. the
+    originals, then each model's reconstructions of the same images."""
+    strips = {k: images_to_numpy(v) if not isinstance(v, np.ndarray) or v.dtype != np.uint8 else v / 255.0
+              for k, v in rows.items()}
+    if not strips:
+        raise ValueError("no images to draw")
+    n, h, w, c = next(iter(strips.values())).shape
+    pad = max(1, w // 16)
+    strip_w_px = n * (w + pad) - pad
+    strip_in = max(min(10.0, 0.65 * n), strip_w_px / DPI)
+    row_h = strip_in * h / strip_w_px
+    head = 0.45 if title else 0.1
+    fig_h = head + len(strips) * row_h * 1.15 + 0.05
+    fig_w = strip_in + 2.3
+    fig = new_figure(fig_w, fig_h)
+    axes = fig.subplots(len(strips), 1, squeeze=False)[:, 0]
+    for ax, (label, images) in zip(axes, strips.items()):
+        if images.shape != (n, h, w, c):
+            raise ValueError(f"{label}: images of shape {images.shape}, the first row's are {(n, h, w, c)}")
+        strip = _strip(images.astype(np.float32), n, pad)
+        if c == 1:
+            ax.imshow(strip[..., 0], cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest")
+        else:
+            ax.imshow(strip, interpolation="nearest")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        for side in ax.spines.values():
+            side.set_visible(False)
+        ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9)
+    if title:
+        fig.suptitle(title, fontsize=11, y=1 - 0.06 / fig_h, va="top")
+    fig.subplots_adjust(top=1 - head / fig_h, bottom=0.05 / fig_h, left=2.2 / fig_w, right=1 - 0.1 / fig_w,
+                        hspace=0.1)
     return save_png(fig, path)

@@ -14,7 +14,9 @@ Loss (Eq. (7), with the per-batch WS term of Eq. (8)):
   2 (c_k - z_i)), the centred dual potential moves pi. The codebook learns only through W, by the optimiser
   (there is no VQ-VAE codebook or commitment loss).
 * KL(pi^m || U_K): the regulariser, Eq. (7)'s third term; the authors' code divides it by K
-  (``kl_reduction="mean"``, which ``--preset paper`` sets).
+  (``kl_reduction="mean"``, which ``--preset paper`` sets). The convention: ws_weight on the plain sum of W over
+  positions, as the authors' lambda (ratio 1); kl_weight on the KL summed over positions and, with "mean", divided by
+  K, as the authors' lambda_r (ratio 1); with "sum" (the paper's text) kl_weight weighs K times what theirs does.
 
 The solvers of W (``vqwae.ot``): "exact", POT's network simplex per position, as the authors run it (64 host solves
 a step); "sinkhorn", the entropic OT (Cuturi 2013) in the log domain; "dual", the paper's entropic semi-dual with a

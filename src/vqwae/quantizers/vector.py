@@ -12,7 +12,9 @@ DDP ranks so every rank keeps an identical codebook.
 
 The field's VQ (SoundStream, EnCodec, vector-quantize-pytorch's ``VectorQuantize(kmeans_init=True,
 threshold_ema_dead_code=2)``): ``VectorQuantizer(ema=True, init="kmeans", dead_code_threshold=2)``.
-``init="kmeans"`` starts the codebook at k-means (10 Lloyd iterations) of the first training batch's latents;
+``init="uniform"`` starts it in (-1/K, 1/K), as taming's VQGAN (whose quantizer also puts beta on the codebook term:
+``legacy_beta=True``; the ``ffhq`` preset sets both). ``init="kmeans"`` starts the codebook at k-means (10 Lloyd
+iterations) of the first training batch's latents;
 ``dead_code_threshold`` replaces, after each EMA update, every code whose EMA count fell below it by a latent of
 the current batch. Both run on rank 0's choice under DDP (broadcast), and the expiry reads nothing back to
 the host (a select over all codes, every step).
@@ -45,7 +47,9 @@ class VectorQuantizer(Quantizer):
         super().__init__(config, **options)
         cfg = self.config
         num_codes, dim = cfg.num_codes, cfg.dim
-        self.embedding = nn.Parameter(torch.randn(num_codes, dim), requires_grad=not cfg.ema)  # N(0, 1)
+        start = torch.empty(num_codes, dim).uniform_(-1 / num_codes, 1 / num_codes) if cfg.init == "uniform" else \
+            torch.randn(num_codes, dim)  # N(0, 1); a k-means start replaces it on the first training batch
+        self.embedding = nn.Parameter(start, requires_grad=not cfg.ema)
         # Each code starts as if it had held one latent, itself (vector-quantize-pytorch starts its counts at 1 too):
         # with a count of 0 the first update divides a code no latent chose by the smoothing epsilon (x ~1e5).
         self.register_buffer("ema_cluster_size", torch.ones(num_codes))

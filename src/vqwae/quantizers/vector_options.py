@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from vqwae.options import check_fields, option
 from vqwae.quantizers.shape import LatentShape
 
-INITS = ("normal", "kmeans")
+INITS = ("normal", "kmeans", "uniform")
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,9 @@ class VectorOptions:
     decay: float = option(0.99, "vqvae --ema: EMA decay", min=0, below=1, flat="vq_decay")
     ema_epsilon: float = option(1e-5, "vqvae --ema: Laplace smoothing of the EMA cluster sizes", min=0,
                                 flat="vq_ema_epsilon")
-    init: str = option("normal", "vqvae: codebook start: normal (N(0, 1), the authors) or kmeans (k-means of the "
-                       "first training batch's latents, the field's)", choices=INITS, flat="vq_init")
+    init: str = option("normal", "vqvae: codebook start: normal (N(0, 1), the authors), kmeans (k-means of the "
+                       "first training batch's latents, the field's) or uniform (in (-1/K, 1/K), taming's VQGAN)",
+                       choices=INITS, flat="vq_init")
     kmeans_iters: int = option(10, "vqvae --vq-init kmeans: Lloyd iterations", min=1, flat="vq_kmeans_iters")
     dead_code_threshold: float = option(0.0, "vqvae --ema: a code whose EMA count falls below this is replaced by "
                                         "a latent of the current batch (0: never; the field's: 2)", min=0)
@@ -38,7 +39,7 @@ class VectorOptions:
     def unread(self) -> tuple[str, ...]:
         """The options this configuration never reads, or holds at the value that does what vqwae did before
         the option existed (a run's identity leaves them out)."""
-        off = ("init", "kmeans_iters") if self.init == "normal" else ()
+        off = ("init", "kmeans_iters") if self.init == "normal" else ("kmeans_iters",) if self.init != "kmeans" else ()
         return off + (("dead_code_threshold",) if not self.dead_code_threshold else ()) + (
             ("rotation_trick",) if not self.rotation_trick else ())
 

@@ -12,6 +12,13 @@ Loss (the paper's Eq. (7), with the semi-dual of the WS term, Eq. (8) at eps -> 
   that ws_weight means the same in both modes. The authors' code puts lambda, not lambda / M, on the sum: we follow it.
 * "kl": KL(pi^m || U_K) summed over positions, the paper's regulariser (Eq. (7), third term).
 
+The weights' convention, one for both terms: each term is a plain sum over positions (and the KL over codes), with
+no division. Against the authors' code, which divides the KL sum by K: ``ws_weight`` is their lambda as it is
+(ratio 1), and ``kl_weight`` is their lambda_r / K, so kl_weight = 1 with one pi per position (the default there)
+pulls pi K times (512x at K = 512) as hard as their lambda_r = 1, and the shared pi's default 0.01 is 0.01 K = 5.12x
+their global variant's at K = 512 (``wasserstein_options.default_kl_weight`` gives the measurements behind both).
+``PaperWassersteinQuantizer`` takes the authors' reduction with ``kl_reduction="mean"`` (``--preset paper``).
+
 One training step, top to bottom in ``forward``: flatten the latents -> on the first batches, draw the codebook from
 them -> one no-grad update (``_step``: the nearest-code search and the transport assignment from one distance
 computation, one ascent step on g, the codebook's EMA move to the transported latents' barycentres and the split of

@@ -29,7 +29,9 @@ QUANTIZE = ("nearest", "transport")
 
 
 def default_kl_weight(shared: bool) -> float:
-    """lambda_r when none is given. One pi per position: 1, the paper's; 0.01 let MNIST's per-position pi
+    """lambda_r when none is given, on sum_m KL(pi^m || U_K) without the authors' division by K (their effective
+    weight is lambda_r / K: at K = 512 the defaults are 512x theirs per position and 5.12x their global variant's).
+    One pi per position: 1, the paper's text; 0.01 let MNIST's per-position pi
     collapse on one seed (docs/lab/08.md#rd-k512-mnist). One shared pi: 0.01. It never collapsed there (K = 512 and
     8,192, MNIST and CIFAR-10, 2 seeds each); at K = 512 it reconstructs as well as weight 1
     (docs/lab/08.md#rotation-off-vectorquantize) and at K = 8,192 better (docs/lab/08.md#rd-k8192-shared-pi,
@@ -63,7 +65,8 @@ class _SharedOptions:
 
     ws_weight: float = option(3e-3, "vqwae: lambda, on sum_m W^m (the paper, --preset paper: 1e-3; "
                               "docs/lab/01-07.md#ablation-departures measures both)", min=0)
-    kl_weight: float | None = option(None, "vqwae: lambda_r, on sum_m KL(pi^m || U_K); None: "
+    kl_weight: float | None = option(None, "vqwae: lambda_r, on sum_m KL(pi^m || U_K) (the authors' code divides by "
+                                     "K: this is K x their weight); None: "
                                      f"{default_kl_weight(shared=False)} with one pi per position (the paper), "
                                      f"{default_kl_weight(shared=True)} with a shared pi "
                                      "(docs/lab/08.md#shared-pi-kl-weight)", min=0)
@@ -101,7 +104,8 @@ class PaperOptions(_SharedOptions):
 
     solver: str = option("semidiscrete", "vqwae: the OT solver for the WS term (the paper's: exact, per position; "
                          "sinkhorn and dual, its entropic forms)", choices=SOLVERS)
-    kl_reduction: str = option("sum", "vqwae: KL over codes: sum (the paper) or mean (/K, the authors' code)",
+    kl_reduction: str = option("sum", "vqwae: KL over codes: sum (the paper's text; kl_weight is then K x the "
+                               "authors' effective weight) or mean (/K, the authors' code: --preset paper)",
                                choices=("sum", "mean"))
     epsilon: float = option(0.05, "vqwae sinkhorn: entropic regularisation, relative to the batch's mean cost",
                             min=0)

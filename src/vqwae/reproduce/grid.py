@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from vqwae.training.config import PRESETS
 
-EXPERIMENTS = ("recon", "codebook-size", "pi-init", "lambda", "probe", "generation", "controllability", "tsne",
+EXPERIMENTS = ("recon", "curves", "codebook-size", "pi-init", "lambda", "probe", "generation", "controllability", "tsne",
                "ffhq")
 # The reconstruction and downstream tables' rows: key -> (method, the TrainConfig options it sets, preset included).
 ROWS = {"vqvae": ("vqvae", {}), "sqvae": ("sqvae", {}),
@@ -89,7 +89,7 @@ BUDGETS = {
 # rFID on 1,000 images costs about 4.5 minutes and SSIM + LPIPS at 256x256 another 4, against 5-6 to train. The
 # codebook-size table shows rFID at every K, as the paper's does (issue #35).
 EVAL_LEVELS = ("usage", "fid", "full")
-EVAL_NEEDS = {"recon": "full", "probe": "full", "generation": "full", "tsne": "full", "ffhq": "full",
+EVAL_NEEDS = {"recon": "full", "curves": "usage", "probe": "full", "generation": "full", "tsne": "full", "ffhq": "full",
               "pi-init": "fid", "lambda": "fid", "codebook-size": "fid", "controllability": "usage"}
 # What the report sections add to a run's eval.json after training: {experiment: the key that says it was done at the
 # budget}. A run restored from a record (no weights) that lacks one is trained again.
@@ -233,7 +233,7 @@ def runs_for(experiment: str, dataset: str, budget: Budget) -> list[RunSpec]:
     """The runs an experiment needs on one dataset (none for "ffhq": see :func:`ffhq_spec`)."""
     if experiment == "ffhq":
         return []
-    if experiment in ("recon", "probe", "generation", "tsne"):
+    if experiment in ("recon", "curves", "probe", "generation", "tsne"):
         return [row_spec(dataset, m) for m in MODELS]
     if experiment == "codebook-size":
         return [codebook_size_spec(dataset, m, k, budget) for m in MODELS for k in CODEBOOK_SIZES]

@@ -8,6 +8,7 @@ writes the report.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
@@ -80,7 +81,7 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
         print(f"[reproduce] analysis {i}/{len(experiments)}: {e} ({ffhq[0] or 'not run'})" if e == "ffhq" else
               f"[reproduce] analysis {i}/{len(experiments)}: {e} ({', '.join(available)})", flush=True)
         sections.append(ANALYSES[e](available, results, b, out, device=device, inception_weights=inception_weights,
-                                    ffhq=ffhq))
+                                    ffhq=ffhq, data_root=data_root))
         if records is not None and e in DOWNSTREAM_KEYS:  # it added its results to the runs' eval.json: keep
             for r in results.values():                     # them now, not only when every analysis is done
                 run_records.save(Path(r["run_dir"]), Path(records))
@@ -99,7 +100,7 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
         f"{'CUDA ' + torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'}; "
         f"torch {torch.__version__}, Python {platform.python_version()}. Date {time.strftime('%Y-%m-%d')}. "
         f"Wall time of this invocation {time.perf_counter() - t0:.0f} s.",
-        f"Command: `{command or ' '.join(sys.argv)}`",
+        f"Command: `{_without_machine_paths(command or ' '.join(sys.argv))}`",
         _training_note(results, jobs, threads, restored, records),
     ]
     sections.insert(0, claims_summary(sections, SUMMARY_COLUMNS))
@@ -145,7 +146,8 @@ def _training_note(results: dict, jobs: int, threads: int | None, restored: int,
     found = len(results) - now
     if found:
         note += (f"; {found} were trained and evaluated by earlier invocations of this command (a resumed report)"
-                 + (f", {restored} of them restored from the records in `{records}`" if restored else ""))
+                 + (f", {restored} of them restored from the records in `{_without_machine_paths(str(records))}`"
+                    if restored else ""))
     return note + "."
 
 
@@ -164,11 +166,24 @@ def _ffhq_data(b: Budget, data_root: str | None, lpips_weights: str | None) -> t
         load_split("ffhq", data_root, "test", limit=1)
         return "ffhq", ""
     except (FileNotFoundError, OSError, ValueError) as e:
-        why = f"FFHQ is not available on this machine: {str(e).splitlines()[0]}"
+        why = f"FFHQ is not available on this machine: {_without_paths(str(e).splitlines()[0], data_root)}"
     stand_in = FFHQ_STAND_IN.get(b.name)
     if stand_in is not None and _available([stand_in], data_root)[0]:
         return stand_in, why
     return None, why
+
+
+def _without_paths(message: str, data_root: str | None) -> str:
+    """A loader's message with the data root named as the option, not as this machine's path."""
+    if data_root:
+        for form in sorted({os.path.abspath(os.path.expanduser(data_root)), data_root}, key=len, reverse=True):
+            message = message.replace(form, "--data-root")
+    return message
+
+
+def _without_machine_paths(command: str) -> str:
+    """A command line with each absolute path shown by its last part only (a report names no machine's folders)."""
+    return " ".join(f".../{Path(t).name}" if os.path.isabs(t) else t for t in command.split(" "))
 
 
 def _available(datasets: list[str], data_root: str | None):
@@ -178,7 +193,7 @@ def _available(datasets: list[str], data_root: str | None):
             load_split(d, None if d == "digits" else data_root, "test", limit=1)
             ok.append(d)
         except (FileNotFoundError, OSError, ValueError) as e:
-            missing.append((d, f"not available on this machine: {str(e).splitlines()[0]}"))
+            missing.append((d, f"not available on this machine: {_without_paths(str(e).splitlines()[0], data_root)}"))
     return ok, missing
 
 

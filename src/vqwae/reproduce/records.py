@@ -10,6 +10,7 @@ OUT/runs: ``DIR/<dataset>/<model>-<hash>/``.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -34,12 +35,32 @@ def restore(records: Path, out: Path) -> int:
 
 
 def save(run_dir: Path, records: Path) -> Path:
-    """Write RUN_DIR's record to ``records`` (each file replaced atomically); returns the record's folder."""
+    """Write RUN_DIR's record to ``records`` (each file replaced atomically; the config without this machine's paths:
+    ``portable_config``); returns the record's folder."""
     run_dir = Path(run_dir)
     dst = Path(records) / run_dir.parent.name / run_dir.name
     dst.mkdir(parents=True, exist_ok=True)
     for f in layout.record_files(run_dir):
         tmp = dst / (f.name + ".tmp")
-        shutil.copyfile(f, tmp)
+        if f.name == layout.CONFIG:
+            tmp.write_text(portable_config(f.read_text(), f"runs/{run_dir.parent.name}/{run_dir.name}"))
+        else:
+            shutil.copyfile(f, tmp)
         os.replace(tmp, dst / f.name)
     return dst
+
+
+def portable_config(text: str, out: str) -> str:
+    """A run's config.json as a record keeps it: ``run.out`` as OUT/``out`` would place it, and every other absolute
+    path (the data root, a weights file) left out (null): where a machine keeps its files is not what a run trained."""
+    def scrub(value):
+        if isinstance(value, dict):
+            return {k: scrub(v) for k, v in value.items()}
+        if isinstance(value, str) and (os.path.isabs(value) or value.startswith("~")):
+            return None
+        return value
+
+    values = scrub(json.loads(text))
+    if isinstance(values.get("run"), dict):
+        values["run"]["out"] = out
+    return json.dumps(values, indent=2) + "\n"

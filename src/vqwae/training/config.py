@@ -72,10 +72,13 @@ PRESETS: dict[str, dict] = {
     # The paper's FFHQ row (Table 1): VQGAN's network and losses (taming's faces configuration: f = 16,
     # attention at 16x16, disc_start 30001, disc_weight 0.8), K 1024 x D 256 on 256x256 images, batch 32 and 100
     # epochs (App. D), beta 0.25 and lambda 1e-3, lambda_r 1 (Sec. 5). The learning rate is taming's
-    # 4.5e-6 per image of the batch (1.44e-4 at 32): the paper's 1e-3 is for its small networks.
+    # 4.5e-6 per image of the batch (1.44e-4 at 32): the paper's 1e-3 is for its small networks. VQGAN's quantizer
+    # as taming's: its codebook starts uniform in (-1/K, 1/K) and beta sits on the codebook term (its legacy default;
+    # issue #64: from N(0, 1) every latent's nearest code was one code, docs/lab/48-.md#vqgan-start).
     "ffhq": dict(arch="vqgan", dataset="ffhq", image_size=256, num_codes=1024, dim=256, ch=128,
                  ch_mult="1,1,2,2,4", num_res_blocks=2, attn_resolutions="16", z_channels=256,
-                 perceptual_weight=1.0, disc_weight=0.8, disc_start=30001, beta=0.25, ws_weight=1e-3,
+                 perceptual_weight=1.0, disc_weight=0.8, disc_start=30001, beta=0.25, vq_init="uniform",
+                 legacy_beta=True, ws_weight=1e-3,
                  kl_weight=1.0, shared_pi=False, pull=1.0, lr=4.5e-6 * 32, batch_size=32, epochs=100),
 }
 
@@ -87,8 +90,11 @@ FIXES = {
     "straight-through": lambda c: ((c.model == "vqvae" and not c.quantizer.vqvae.ema
                                     and not c.quantizer.vqvae.rotation_trick)
                                    or (c.model == "vqwae" and not c.quantizer.vqwae.product)),
-    # EMA counts start at 1 with the codeword as the sum (an unused code is no longer divided by epsilon)
-    "ema-count-start": lambda c: c.model == "vqvae" and c.quantizer.vqvae.ema,
+    # EMA counts start at 1 with the codeword as the sum (an unused code is no longer divided by epsilon). A k-means
+    # start sets every count from the data, so it changes only where k-means leaves a cluster empty, which the
+    # field-vq rows' first batches do not (their weights after 3 steps are bit-identical before and after, MNIST
+    # and CIFAR-10, K = 64 and 512): their identities stay.
+    "ema-count-start": lambda c: c.model == "vqvae" and c.quantizer.vqvae.ema and c.quantizer.vqvae.init != "kmeans",
 }
 
 
