@@ -175,10 +175,10 @@ def check_can_train(run_dir: PathLike, resume: bool) -> None:
 def remove_if_unused(run_dir: PathLike) -> None:
     """A run that stopped before its first checkpoint (bad data, a bad option, Ctrl-C in epoch 1) leaves no folder
     behind: this removes RUN_DIR (which this process created) when it holds nothing but what training writes before
-    its first checkpoint (lock, config.json, the weights, an epoch's pending metrics line, an empty
+    its first checkpoint (lock, config.json, the provenance log, the weights, an epoch's pending metrics line, an empty
     metrics.jsonl, their temporary files). Anything else, a user's file included, keeps the folder as it is."""
     run_dir = Path(run_dir)
-    ours = {LOCK, CONFIG, MODEL_WEIGHTS, MODEL_CONFIG, METRICS_PENDING, METRICS}
+    ours = {LOCK, CONFIG, PROVENANCE, MODEL_WEIGHTS, MODEL_CONFIG, METRICS_PENDING, METRICS}
 
     def before_first_checkpoint(p: Path) -> bool:
         name = p.name
