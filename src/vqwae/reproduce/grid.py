@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from vqwae.training.config import PRESETS
 
-EXPERIMENTS = ("recon", "curves", "codebook-size", "pi-init", "lambda", "probe", "generation", "controllability", "tsne",
-               "ffhq")
+EXPERIMENTS = ("recon", "curves", "codebook-size", "pi-init", "lambda", "probe", "generation", "controllability",
+               "tsne", "ffhq")
 # The reconstruction and downstream tables' rows: key -> (method, the TrainConfig options it sets, preset included).
 ROWS = {"vqvae": ("vqvae", {}), "sqvae": ("sqvae", {}),
         "vqvae-field": ("vqvae", {"preset": "field-vq"}),

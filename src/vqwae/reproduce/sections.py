@@ -2,53 +2,31 @@
 (``claims``) and the figures, from the cached runs' records."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-import numpy as np
 
 from vqwae.files import atomic_write_bytes
 from vqwae.distributed import resolve_device
-from vqwae.figures import learning_curves, reconstruction_rows, side_by_side_usage, usage_histogram
+from vqwae.figures import side_by_side_usage, usage_histogram
 from vqwae.metrics.fid import load_inception
 from vqwae.metrics.fid_cache import FIDStatsCache
 from vqwae.quantizers.pi import initial_pi
 from vqwae.reproduce import paper_numbers as P
 from vqwae.reproduce.grid import (BASELINES, CODEBOOK_SIZES, CONTROLLED_PI, CONTROLS, FFHQ_MODELS, LAMBDA_RS, LAMBDAS, MODELS,
                                   PI_INITS,
-                                  PAPER_ROWS, PI_MODES, WAE_ROWS, Budget, RunSpec, codebook_size_spec, eval_level, ffhq_spec,
+                                  PI_MODES, WAE_ROWS, Budget, codebook_size_spec, eval_level, ffhq_spec,
                                   controllability_spec, lambda_spec, pi_spec, row_spec)
 from vqwae.reproduce.claims import (NAMES, RECIPES_COLUMN, SECOND_SEEDS, SEED_SPREAD, claim_best, claim_monotone,
                                    claim_steadier,
                                    rfid_spread, usage_against_pi, within_seeds,
                                    vqwae_best, within_accuracy_error, within_rfid_spread, within_seed_spread,
                                    within_silhouette_spread)
+from vqwae.reproduce.cells import paper_key, get as _get, paper_pair as _paper_pair, usage as _usage
+from vqwae.reproduce.curves import curves, reconstructions_figure
 from vqwae.reproduce.report import Claim, Section, fmt
 from vqwae.runs import layout
 from vqwae.runs.generation import generation_fid
 from vqwae.runs.prior import train_run_prior
 from vqwae.runs.studies import probe_run, tsne_run
-
-def paper_key(d: str, row: str) -> tuple[str, str | None]:
-    """The paper's numbers for a row: both VQ-WAE rows sit beside the paper's VQ-WAE; the field's VQ has none."""
-    return d, PAPER_ROWS.get(row)
-
-# ---- helpers ---------------------------------------------------------------------------------------------
-
-
-def _get(results, s: RunSpec, key):
-    return results[s].get(key) if s in results else None
-
-
-def _paper_pair(this, paper, digits=4):
-    return f"{fmt(this, digits)} ({fmt(paper, digits)})"
-
-
-def _usage(results, s: RunSpec) -> np.ndarray:
-    p = layout.code_usage_json(results[s]["run_dir"], "test")
-    return np.asarray(json.loads(p.read_text()), dtype=float)
-
-
 
 # ---- the experiments -----------------------------------------------------------------------------------
 
@@ -77,7 +55,7 @@ def recon(datasets, results, b: Budget, out: Path, data_root: str | None = None,
         side_by_side_usage({NAMES[m]: _usage(results, row_spec(d, m)) for m in MODELS}, fig,
                            title=f"Code usage on the {d} test split (K=512)")
         figures.append(fig)
-        grid = _reconstructions(d, results, out / "figures" / f"recon_images_{d}.png", data_root)
+        grid = reconstructions_figure(d, results, out / "figures" / f"recon_images_{d}.png", data_root)
         if grid is not None:
             figures.append(grid)
     notes = [f"A second seed of {NAMES[m]} on {d} (seed {v['seed']}, the same command; {v['source']}): "
@@ -88,8 +66,8 @@ def recon(datasets, results, b: Budget, out: Path, data_root: str | None = None,
                  f"{rfid_spread('mnist'):.0%}), the spread measured between two seeds of a report cell; a cell with a "
                  "measured second seed uses its own spread, and says so above.")
     notes.append(f"{NAMES['sqvae']}: sony/sqvae's 32x32 encoder batch-normalises every convolution and ends in "
-                 "residual blocks whose last layer is a BatchNorm, so the latents their quantizer sees are at about unit "
-                 "scale; the paper's network has no normalisation layer and starts its latents 400x (CIFAR-10) to "
+                 "residual blocks whose last layer is a BatchNorm, so the latents their quantizer sees are at about "
+                 "unit scale; the paper's network has no normalisation layer and starts its latents 400x (CIFAR-10) to "
                  "1,400x (MNIST) smaller than the N(0, 1) codebook. This row divides the latents by the training "
                  "batch's RMS (an EMA of it in evaluation: `latent_scale=batch`) to stand in for that encoder. "
                  "Without it (`latent_scale=none`, sony's quantizer exactly, in the paper's network) it reached "
@@ -99,28 +77,6 @@ def recon(datasets, results, b: Budget, out: Path, data_root: str | None = None,
                  "weights by validation MSE, as evaluated).")
     return Section("Reconstruction", P.RECON["table"], ["dataset", "model"] + [f"{k} (paper)" for k in metrics] + ["mse"],
                    rows, claims, figures, notes)
-
-
-def _reconstructions(d: str, results, path: Path, data_root: str | None) -> Path | None:
-    """The first test images and each row's reconstructions of them (kept by its evaluation: the record's
-    reconstructions_test.npz), one strip each; None when no row kept any or the images cannot be read."""
-    rows = {}
-    for m in MODELS:
-        s = row_spec(d, m)
-        if s in results and layout.reconstructions_npz(results[s]["run_dir"], "test").is_file():
-            with np.load(layout.reconstructions_npz(results[s]["run_dir"], "test")) as kept:
-                rows[NAMES[m]] = kept["reconstructions"]
-    if not rows:
-        return None
-    n = len(next(iter(rows.values())))
-    run_dir = next(results[row_spec(d, m)]["run_dir"] for m in MODELS if NAMES[m] in rows)
-    try:
-        data, _ = layout.load_run_split(run_dir, "test", limit=n, data_root=data_root)
-    except (FileNotFoundError, OSError, ValueError):
-        return None
-    originals = np.stack([data[i][0].permute(1, 2, 0).numpy() for i in range(n)])
-    return reconstruction_rows({"test images": originals, **rows}, path,
-                               title=f"{d}: the first {n} test images and their reconstructions")
 
 
 def codebook_size(datasets, results, b: Budget, out: Path, **_) -> Section:
@@ -383,60 +339,7 @@ def ffhq_rows(datasets, results, b: Budget, out: Path, ffhq=(None, ""), **_) -> 
                    ["dataset", "model"] + [f"{k} (paper)" for k in metrics] + ["mse"], rows, claims, figures, notes)
 
 
-def curves(datasets, results, b: Budget, out: Path, **_) -> Section:
-    """Where each reconstruction row is heading: validation MSE and perplexity after every epoch, against steps, with
-    the paper's values and the authors' logged values as marks; a row ending under half the paper's perplexity is
-    named."""
-    rows, figures, far = [], [], []
-    for d in datasets:
-        lines, marks = {}, {}
-        for m in MODELS:
-            s = row_spec(d, m)
-            if s not in results:
-                continue
-            history = [h for h in layout.read_metrics(results[s]["run_dir"]) if "val/mse" in h]
-            lines[NAMES[m]] = [(h["step"], h["val/mse"], h.get("val/perplexity")) for h in history]
-            at = {h["step"]: h for h in history}
-            shared = at.get(2500, {})  # the last epoch the cpu budget's 3,000 steps share with longer runs
-            last = history[-1] if history else {}
-            paper = P.RECON["values"].get(paper_key(d, m), {}).get("perplexity")
-            logged = P.AUTHORS_LOGS.get(paper_key(d, m), {})
-            rows.append([d, NAMES[m], fmt(shared.get("val/mse")), fmt(shared.get("val/perplexity")),
-                         fmt(last.get("step")), fmt(last.get("val/mse")), fmt(last.get("val/perplexity")),
-                         fmt(_get(results, s, "mse")), fmt(_get(results, s, "perplexity")), fmt(paper),
-                         f"{fmt(logged.get('mse'))} / {fmt(logged.get('perplexity'))}" if logged else "—"])
-            if paper is not None and _get(results, s, "perplexity") is not None and \
-                    _get(results, s, "perplexity") < paper / 2:
-                far.append(f"{NAMES[m]} on {d}")
-        for key in ("vqvae", "sqvae", "vqwae"):
-            value = P.RECON["values"].get((d, key), {}).get("perplexity")
-            if value is not None:
-                marks[f"paper: {NAMES[key].split(' (')[0]}"] = {"perplexity": value}
-            if (d, key) in P.AUTHORS_LOGS:
-                marks[f"authors' log: {NAMES[key].split(' (')[0]}"] = P.AUTHORS_LOGS[(d, key)]
-        if lines:
-            fig = out / "figures" / f"learning_curves_{d}.png"
-            learning_curves(lines, fig, marks=marks, title=f"{d}: validation perplexity and MSE during training")
-            figures.append(fig)
-    notes = ["Validation: the first 1,000 images of the validation split after every epoch (625 steps of 32 images); "
-             "step 2,500 is the last epoch a 3,000-step run shares with a longer one (the same batches and schedule). "
-             "Test: the best weights by validation MSE on the first 1,000 test images. The marks at the right edge are "
-             "the paper's perplexity (Table 1) and the authors' logged test MSE and perplexity "
-             "(../shared/notes/official-implementation.md)."]
-    if far:
-        notes.append("Ending under half the paper's perplexity: " + ", ".join(far) + ".")
-    notes.append("Why VQ-VAE and the paper's VQ-WAE start at perplexity 1 (measured at initialisation, seed 0, 65,536 "
-                 "latents of 1,024 training images): the paper's N(0, 1) codebook sits 1,471x (MNIST) and 450x "
-                 "(CIFAR-10) further out than the first latents of its unnormalised encoder, so every latent's nearest "
-                 "code is the same one. VQ-VAE's codebook loss moves that code alone; the paper's exact OT spreads the "
-                 "latents over every code, and its perplexity climbs as the codes come in. The rows that start from "
-                 "the data (the field's VQ, the shipped VQ-WAE) reach 512 codes at the first step "
-                 "(docs/lab/48-.md#vqgan-start).")
-    return Section("Learning curves", "Table 1's rows during training (the paper shows none)",
-                   ["dataset", "model", "val MSE @2,500", "val ppl @2,500", "steps", "val MSE", "val ppl",
-                    "test MSE", "test ppl", "paper ppl", "authors' log MSE / ppl"], rows, figures=figures, notes=notes)
-
-
-ANALYSES = {"recon": recon, "curves": curves, "codebook-size": codebook_size, "pi-init": pi_init, "lambda": lam, "probe": probe,
-            "generation": generation, "controllability": controllability, "tsne": tsne, "ffhq": ffhq_rows}
+ANALYSES = {"recon": recon, "curves": curves, "codebook-size": codebook_size, "pi-init": pi_init, "lambda": lam,
+            "probe": probe, "generation": generation, "controllability": controllability, "tsne": tsne,
+            "ffhq": ffhq_rows}
 
