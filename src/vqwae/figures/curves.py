@@ -127,7 +127,7 @@ def learning_curves(curves: dict[str, list[tuple[float, float, float]]], path: P
     """Perplexity and MSE against training steps, a line per model: ``curves`` {label: [(step, mse, perplexity)]}.
     ``marks`` {label: {"mse": v, "perplexity": v}}: reference values (e.g. the paper's, the authors' logs) drawn as
     points at the right edge, in each panel where they have a value."""
-    fig = new_figure(11.0, 4.2)
+    fig = new_figure(13.0, 4.2)
     ax_ppl, ax_mse = fig.subplots(1, 2)
     end = max((p[0] for points in curves.values() for p in points), default=1)
     for label, points in curves.items():
@@ -144,10 +144,13 @@ def learning_curves(curves: dict[str, list[tuple[float, float, float]]], path: P
                         markerfacecolor="none", label=label)
     ax_ppl.set(xlabel="training step", ylabel="validation perplexity", title="codebook perplexity")
     ax_mse.set(xlabel="training step", ylabel="validation MSE (log)", title="reconstruction MSE", yscale="log")
+    legend = {}  # every line and mark once, from both panels (a mark may sit in one of them only)
     for ax in (ax_ppl, ax_mse):
         ax.grid(alpha=0.3)
-    ax_mse.legend(fontsize=7, loc="upper right")
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
+    fig.legend(list(legend.values()), list(legend), fontsize=7, loc="center right")
     return save_png(fig, path)
