@@ -20,6 +20,19 @@ def _strip(images: np.ndarray, nrow: int, pad: int) -> np.ndarray:
     return out
 
 
+def _draw_strip(ax, strip: np.ndarray, label: str, **label_style) -> None:
+    """One strip (H, W, C) in ``ax``, grey or colour, without ticks or frame, labelled on its left."""
+    if strip.shape[-1] == 1:
+        ax.imshow(strip[..., 0], cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest")
+    else:
+        ax.imshow(strip, interpolation="nearest")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_ylabel(label, rotation=0, ha="right", va="center", **label_style)
+
+
 def reconstruction_grid(
     originals,
     reconstructions,
@@ -42,7 +55,6 @@ def reconstruction_grid(
         raise ValueError("no images to draw")
     nrow = max(1, min(int(nrow), n))
     orig, rec = orig[:n], rec[:n]
-    grey = orig.shape[-1] == 1
     h, w = orig.shape[1:3]
     pad = max(1, w // 16)
     chunks = [(orig[i : i + nrow], rec[i : i + nrow]) for i in range(0, n, nrow)]
@@ -59,18 +71,8 @@ def reconstruction_grid(
     axes = fig.subplots(2 * len(chunks), 1, squeeze=False)[:, 0]
     for k, (o, r) in enumerate(chunks):
         for j, (imgs, label) in enumerate(((o, "original"), (r, "reconstruction"))):
-            ax = axes[2 * k + j]
-            strip = _strip(imgs, nrow, pad)
-            if grey:
-                ax.imshow(strip[..., 0], cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest")
-            else:
-                ax.imshow(strip, interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
-            for side in ax.spines.values():
-                side.set_visible(False)
-            ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=10,
-                          color="black" if j == 0 else "tab:blue")
+            _draw_strip(axes[2 * k + j], _strip(imgs, nrow, pad), label, fontsize=10,
+                        color="black" if j == 0 else "tab:blue")
     if title:
         sep = "\n" if nrow < 6 else " "
         fig.suptitle(f"{title}:{sep}originals above reconstructions ({n} images)", fontsize=11,
@@ -99,16 +101,7 @@ def reconstruction_rows(rows: dict[str, np.ndarray], path: PathLike, *, title: s
     for ax, (label, images) in zip(axes, strips.items()):
         if images.shape != (n, h, w, c):
             raise ValueError(f"{label}: images of shape {images.shape}, the first row's are {(n, h, w, c)}")
-        strip = _strip(images.astype(np.float32), n, pad)
-        if c == 1:
-            ax.imshow(strip[..., 0], cmap="gray", vmin=0.0, vmax=1.0, interpolation="nearest")
-        else:
-            ax.imshow(strip, interpolation="nearest")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        for side in ax.spines.values():
-            side.set_visible(False)
-        ax.set_ylabel(label, rotation=0, ha="right", va="center", fontsize=9)
+        _draw_strip(ax, _strip(images.astype(np.float32), n, pad), label, fontsize=9)
     if title:
         fig.suptitle(title, fontsize=11, y=1 - 0.06 / fig_h, va="top")
     fig.subplots_adjust(top=1 - head / fig_h, bottom=0.05 / fig_h, left=2.2 / fig_w, right=1 - 0.1 / fig_w,

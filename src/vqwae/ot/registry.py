@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from vqwae.ot.catalog import SOLVER_CLASSES, authors_dual_epsilon
+from vqwae.ot.catalog import SOLVER_CLASSES
 from vqwae.ot.transport import Solver
 
 SOLVERS: dict[str, type[Solver]] = {name: getattr(import_module(f"vqwae.ot.{name}"), cls)
@@ -21,8 +21,8 @@ def build_solver(config, groups: int) -> Solver:
         return SOLVERS["sinkhorn"](**common, epsilon=config.epsilon, iterations=config.sinkhorn_iters,
                                    tol=config.sinkhorn_tol, warm_start=config.warm_start)
     if config.solver == "dual":
-        eps = authors_dual_epsilon(None) if config.dual_epsilon is None else config.dual_epsilon
-        return SOLVERS["dual"](**common, dim=config.dim, epsilon=eps, iterations=config.phi_iterations,
+        eps = {} if config.dual_epsilon is None else {"epsilon": config.dual_epsilon}  # None: the solver's default
+        return SOLVERS["dual"](**common, **eps, dim=config.dim, iterations=config.phi_iterations,
                                hidden=config.phi_hidden, lr=config.phi_lr)
     if config.solver == "exact":
         return SOLVERS["exact"](**common)

@@ -97,34 +97,30 @@ def evaluate_run(
     # an earlier evaluation's optional metrics and skip notes do not describe this one's images or weights
     merged = layout.update_eval(run_dir, result, drop=("lpips_vgg", "lpips_vgg_skipped", "lpips_skipped",
                                                        "rfid_skipped", "rfid_real_stats"))
-    _keep_reconstructions(run_dir, model, data, dev, split)
+    x, x_hat = _first_reconstructions(model, data, dev)
+    pixels = (x_hat[:layout.RECONSTRUCTION_SAMPLES] * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    with atomic_path(layout.reconstructions_npz(run_dir, split)) as tmp:  # a report's grid, from the record alone
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, reconstructions=pixels, indices=np.arange(len(pixels)))
     layout.append_provenance(run_dir, provenance("eval", dev, split=split, limit=limit,
                                                  weights_fingerprint=result["weights_fingerprint"]))
     if pictures:
-        _pictures(run_dir, model, data, counts, dev, split)
+        _pictures(run_dir, model, x, x_hat, counts, split)
     return merged
 
 
 @torch.no_grad()
-def _keep_reconstructions(run_dir: Path, model, data, device, split: str) -> None:
-    """The split's first RECONSTRUCTION_SAMPLES reconstructions as uint8 (N, H, W, C), with the images' indices: a
-    report draws the same images for every row from the runs' records, without their weights."""
-    n = min(layout.RECONSTRUCTION_SAMPLES, len(data))
-    x = torch.stack([data[i][0] for i in range(n)]).to(device)
-    x_hat = model(x)[0].clamp(0, 1)
-    pixels = (x_hat * 255).round().to(torch.uint8).permute(0, 2, 3, 1).cpu().numpy()
-    with atomic_path(layout.reconstructions_npz(run_dir, split)) as tmp:
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, reconstructions=pixels, indices=np.arange(n))
-
-
-@torch.no_grad()
-def _pictures(run_dir: Path, model, data, counts, device, split: str) -> None:
+def _first_reconstructions(model, data, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The split's first images and their reconstructions in [0, 1], on the CPU: 32 of small images, 16 of 128 px and
+    more (16 pairs of 256x256 images are already a 2k x 2k grid); what the kept samples and the grid both show."""
     side = data[0][0].shape[-1]
-    n = min(32 if side < 128 else 16, len(data))  # 16 pairs of 256x256 images are already a 2k x 2k grid
+    n = min(max(32 if side < 128 else 16, layout.RECONSTRUCTION_SAMPLES), len(data))
     x = torch.stack([data[i][0] for i in range(n)]).to(device)
-    x_hat = model(x)[0].clamp(0, 1)
-    reconstruction_grid(x.cpu(), x_hat.cpu(), layout.reconstructions_png(run_dir, split),
+    return x.cpu(), model(x)[0].clamp(0, 1).cpu()
+
+
+def _pictures(run_dir: Path, model, x, x_hat, counts, split: str) -> None:
+    reconstruction_grid(x, x_hat, layout.reconstructions_png(run_dir, split),
                         title=f"{run_dir.name}, {split} split")
     pi = getattr(model.quantizer, "pi", None)
     usage_histogram(counts, layout.code_usage_png(run_dir, split),
