@@ -177,3 +177,26 @@ def test_a_capture_that_fails_warns_once_and_runs_eagerly_from_then_on():
     held = type(m).add.graphs.by_object.get(m)
     assert not held or all(e.graph is None for e in held[1].values())
     torch.cuda.synchronize()  # the device is usable after the failed capture
+
+
+def test_the_trainers_steps_read_the_host_a_fixed_number_of_times_whatever_their_count(tmp_path):
+    """The trainer's loop (forward, loss, backward, Adam, the logged sums, the non-finite check) reads the device only
+    at its progress refresh and with the epoch's figures: 4 steps and 16 steps of one epoch make the same number of
+    synchronisations (CUDA's sync debugger counts them as warnings), where a read per step would add 12."""
+    from vqwae.training import TrainConfig, train
+
+    def syncs(steps: int) -> int:
+        cfg = TrainConfig.resolve(out=str(tmp_path / f"run{steps}"), dataset="digits", train_limit=512,
+                                  eval_limit=32, batch_size=32, num_codes=32, device="cuda", epochs=1,
+                                  max_steps=steps)
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                train(cfg, progress=False)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        return sum("synchroniz" in str(w.message) for w in caught)
+
+    syncs(4)  # the one-off starts (the data start, cuDNN's choices) and the CUDA graph's capture
+    assert syncs(16) == syncs(4)

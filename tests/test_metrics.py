@@ -533,12 +533,12 @@ def test_metric_threads_leave_cpus_that_other_work_keeps_busy(tmp_path, monkeypa
     # used because it still counts work that has just finished (this process's own training, say).
     p = tmp_path / "loadavg"
     p.write_text("7.90 3.10 1.20 3/412 12345\n")
-    assert threadmod._runnable_others(readings=3, interval=0, path=str(p)) == 2
+    assert threadmod.runnable_others(readings=3, interval=0, path=str(p)) == 2
     p.write_text("7.90 3.10 1.20 1/412 12345\n")  # only the reader: the machine is idle whatever the average
-    assert threadmod._runnable_others(readings=1, interval=0, path=str(p)) == 0
-    assert threadmod._runnable_others(readings=1, interval=0, path=str(tmp_path / "missing")) == 0
+    assert threadmod.runnable_others(readings=1, interval=0, path=str(p)) == 0
+    assert threadmod.runnable_others(readings=1, interval=0, path=str(tmp_path / "missing")) == 0
     monkeypatch.delenv(threadmod.ENV)  # the guess, not the pin that conftest sets for every test
     monkeypatch.setattr(threadmod.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     for others, expected in ((0, 4), (1, 3), (3, 1), (9, 1)):
-        monkeypatch.setattr(threadmod, "_runnable_others", lambda others=others: others)
-        assert threadmod.default_num_threads() == expected
+        p.write_text(f"7.90 3.10 1.20 {others + 1}/412 12345\n")  # the reader and `others` runnable tasks
+        assert threadmod.default_num_threads(loadavg=str(p)) == expected

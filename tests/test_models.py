@@ -71,12 +71,15 @@ def test_images_and_code_grids_of_another_size_are_refused_naming_the_networks()
 
 @pytest.mark.parametrize("kind", ["wasserstein", "stochastic"])
 def test_latents_that_overflow_the_distances_leave_the_state_finite(kind):
-    """Latents around 1e20 overflow float32 squared distances: the step may not learn from them, but no buffer
-    stores a non-finite value, and the next ordinary batch trains as usual."""
+    """Latents around 1e20 overflow float32 squared distances: they are refused before anything moves (issue #65:
+    before, a silent NaN or infinite loss), and the next ordinary batch trains as usual."""
     from vqwae.quantizers import build_quantizer
 
     q = build_quantizer(kind, num_codes=8, dim=4, channel_last=True).train()
     q(torch.randn(4, 6, 4))
-    for z in (torch.full((4, 6, 4), 1e20), torch.randn(4, 6, 4)):
-        q(z)
-        assert all(torch.isfinite(v.float()).all() for v in q.state_dict().values()), kind
+    before = {k: v.clone() for k, v in q.state_dict().items()}
+    with pytest.raises(ValueError, match="overflow float32"):
+        q(torch.full((4, 6, 4), 1e20))
+    assert all(torch.equal(before[k], v) for k, v in q.state_dict().items()), kind
+    q(torch.randn(4, 6, 4))
+    assert all(torch.isfinite(v.float()).all() for v in q.state_dict().values()), kind

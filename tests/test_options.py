@@ -227,3 +227,42 @@ def test_the_fixes_touch_the_configurations_they_name():
              (("model", "sqvae"),): ()}
     for settings, fixes in cases.items():
         assert TrainConfig.resolve(**dict(settings)).fixes() == fixes, settings
+
+
+# ---- what a config file or the command line gives must apply (issue #65) --------------------------------------
+@pytest.mark.parametrize("options,words", [
+    (dict(model="vqwae", rotation_trick=True), "--rotation-trick is an option of --model vqvae"),
+    (dict(model="sqvae", rotation_trick=True), "--rotation-trick is an option of --model vqvae"),
+    (dict(model="vqvae", fit_steps=10), "--fit-steps is an option of --model vqwae"),
+    (dict(model="vqvae", shared_pi=False), "is an option of --model vqwae"),
+    (dict(preset="field-vq", model="vqwae"), "--preset field-vq trains --model vqvae"),
+])
+def test_an_option_the_trained_model_never_reads_is_refused(options, words):
+    with pytest.raises(ValueError, match=words):
+        TrainConfig.resolve(**options)
+
+
+def test_options_of_the_trained_model_and_a_presets_own_model_are_accepted():
+    assert TrainConfig.resolve(model="vqvae", rotation_trick=True).quantizer.vqvae.rotation_trick
+    assert TrainConfig.resolve(preset="field-vq", model="vqvae").run.preset == "field-vq"
+    assert TrainConfig.resolve(preset="paper").quantizer.shared_pi is False  # a preset's own values apply
+
+
+@pytest.mark.parametrize("text,words", [
+    ("preset: [paper]\n", "preset must be one name"),
+    ("preset: paper\nrun: {preset: default}\n", "gives the preset twice"),
+    ("model: vqwae\nrotation_trick: true\n", "--rotation-trick is an option of --model vqvae"),
+])
+def test_a_config_file_is_refused_in_one_line(tmp_path, text, words):
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    with pytest.raises(ValueError, match=words) as e:
+        TrainConfig.resolve(config_file=f)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("version,words", [("3", "must be an integer from 1 to"), (99, "a newer vqwae wrote it")])
+def test_a_saved_config_of_an_unknown_format_version_is_named(version, words):
+    saved = dict(TrainConfig().to_dict(), format_version=version)
+    with pytest.raises(ValueError, match=words):
+        TrainConfig.from_saved(saved)

@@ -151,3 +151,34 @@ def test_a_prior_code_cache_of_another_shape_is_recomputed(run, tmp_path):
     r = invoke(["prior", "train", run, "--out", tmp_path / "p", "--force", *PRIOR])
     assert r.exit_code == 0, r.output
     assert isinstance(torch.load(run / "prior" / "codes_train.pt", weights_only=True), dict)
+
+
+# ---- residual codes: -1 marks a level a call did not use, and only that (issue #65) ---------------------------
+def test_residual_codes_take_minus_one_for_unused_levels_only():
+    from vqwae.quantizers import ResidualQuantizer, VectorQuantizer
+
+    rq = ResidualQuantizer(lambda: VectorQuantizer(num_codes=8, dim=4, channel_last=True), 3).eval()
+    z = torch.randn(2, 5, 4)
+    two = rq(z, num_levels=2)
+    assert (two.indices[..., 2] == -1).all()
+    assert torch.equal(rq.indices_to_latents(two.indices), two.quantized)  # what a call wrote, it reads
+    bad = {"-7": two.indices.clone().fill_(-7), "a used level after -1": two.indices.flip(-1),
+           "first level unused": torch.full_like(two.indices, -1), "beyond K": two.indices.clone().fill_(8)}
+    for name, indices in bad.items():
+        with pytest.raises(ValueError) as e:
+            rq.indices_to_latents(indices)
+        assert "\n" not in str(e.value), name
+
+
+def test_a_residual_codes_file_keeps_unused_levels_and_refuses_other_negatives(tmp_path):
+    from vqwae.data.codes import load_codes
+
+    meta = CodesMeta(fingerprint="0" * 64, num_codes=8, grid=(2, 2, 3), image_size=None, channels=None,
+                     model="conv32/residual", source="a test", levels=3)
+    codes = torch.randint(0, 8, (4, 2, 2, 3))
+    codes[..., 2] = -1  # encoded with 2 of 3 levels
+    save_codes(tmp_path / "ok.safetensors", codes, meta)
+    assert torch.equal(load_codes(tmp_path / "ok.safetensors")[0], codes)
+    codes[..., 1] = -7
+    with pytest.raises(ValueError, match="be -1 for a level not used"):
+        save_codes(tmp_path / "bad.safetensors", codes, meta)

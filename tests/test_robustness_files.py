@@ -230,3 +230,46 @@ def test_a_runs_samples_folder_of_an_earlier_vqwae_is_still_its_own(run, tmp_pat
     _kept(run / layout.SAMPLES, before)
     assert sorted(p.name for p in (run / layout.SAMPLES).glob("sample_*.png")) == ["sample_0.png",
                                                                                    "sample_from_my_gan.png"]
+
+
+# ---- a disk that fills, a write that was killed (issue #65) ---------------------------------------------------
+def _train_with_file_size_limit(out: Path, limit: int):
+    import resource
+    import signal
+    import subprocess
+    import sys
+
+    def cap():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails with EFBIG instead of a signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+
+    return subprocess.run([sys.executable, "-m", "vqwae", "train", "--out", str(out), *TINY, "--max-steps", "2",
+                           "--threads", "1"], preexec_fn=cap, capture_output=True, text=True)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="a file-size cap needs POSIX")
+def test_a_disk_that_fills_while_the_state_is_written_ends_in_one_line(tmp_path):
+    """torch.save's own writer reports a failed write as a RuntimeError without errno ("unexpected pos"): the
+    state is written through a Python file that keeps the OSError, so the command ends with one line naming the
+    file. A file-size cap stands in for a full disk: the weights (~2.6 MB) fit, the state (~8 MB) does not."""
+    r = _train_with_file_size_limit(tmp_path / "run", 4_000_000)
+    assert r.returncode == 2, r.stderr[-2000:]
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert errors and "cannot write" in errors[0] and "state.pt" in errors[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "unexpected pos" not in r.stderr
+
+
+def test_a_temporary_file_left_by_a_killed_write_is_removed_by_the_next_write(tmp_path):
+    import os
+
+    from vqwae.files import atomic_write_text
+
+    target = tmp_path / "codes.safetensors"
+    orphan = tmp_path / f".{target.name}.{2**22 + 12345}.x1y2.tmp"  # above any pid this test could meet
+    live = tmp_path / f".{target.name}.{os.getpid()}.a1b2.tmp"  # a write in progress in a running process
+    other = tmp_path / ".other.safetensors.4194999.z.tmp"  # another target's
+    for f in (orphan, live, other):
+        f.write_text("half")
+    atomic_write_text(target, "whole")
+    assert target.read_text() == "whole"
+    assert not orphan.exists() and live.exists() and other.exists()

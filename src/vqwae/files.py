@@ -2,13 +2,15 @@
 
 The content goes to a temporary file in the same folder, is flushed to disk, and is renamed over the target
 (``os.replace`` is atomic on POSIX and Windows). A crash at any moment (kill -9 included) leaves either the old
-file or the new one, never a mix; the temporary file is removed when the write fails. A log of lines (a JSON
+file or the new one, never a mix; the temporary file is removed when the write fails, and one that a killed
+process left (its name holds the writer's pid) is removed by the next write to the same target. A log of lines (a JSON
 Lines file) grows by :func:`append_line` instead: one write per line, synced, so a crash can cut only the last
 line short, which its readers skip.
 """
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import tempfile
@@ -24,7 +26,8 @@ def atomic_path(path: str | os.PathLike, mode: int = 0o644) -> Iterator[Path]:
     file ``mode``. For writers that want a file name (safetensors' save_file, numpy)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _remove_orphans(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -38,6 +41,25 @@ def atomic_path(path: str | os.PathLike, mode: int = 0o644) -> Iterator[Path]:
         raise
 
 
+def _remove_orphans(path: Path) -> None:
+    """Remove the temporary files of earlier writes to ``path`` whose process no longer runs (killed mid-write)."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and not _running(int(pid)):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: running
+        return True
+    return True
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
@@ -48,9 +70,34 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
+class _WriteErrors:
+    """A binary file for ``torch.save`` that keeps the OSError of a failed write: torch's writer turns it into a
+    RuntimeError without errno ("unexpected pos ..."), and a full disk must stay an OSError (ENOSPC) that says so."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+    """``torch.save``, atomically; a failed write (a full disk) raises its OSError."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        writer = _WriteErrors(f)
+        try:
+            torch.save(obj, writer)
+        except RuntimeError:
+            if writer.error is not None:
+                raise OSError(writer.error.errno, writer.error.strerror, str(path)) from None
+            raise
 
 
 def read_json_object(path: str | os.PathLike, what: str = "a JSON object") -> dict:

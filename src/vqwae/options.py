@@ -19,6 +19,7 @@ and WHERE options and nothing else (:func:`names_with_role`): both rules derive 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -230,15 +231,34 @@ def _type_name(hint) -> str:
     return " or ".join(names + (["null"] if nullable else []))
 
 
+@functools.cache
+def _hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _check_type(value, hint, name: str) -> None:
+    """A ValueError when ``value`` is not of the annotated type: the Python API is held to what a config file's
+    ``coerce`` gives (a bool is a bool, not the string 'False'; an int is an int, not 2.5); a float takes an int."""
+    allowed, _ = base_types(hint)
+    ok = {bool: lambda v: isinstance(v, bool), str: lambda v: isinstance(v, str),
+          int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)}
+    checks = [ok[t] for t in allowed if t in ok]
+    if checks and len(checks) == len(allowed) and not any(check(value) for check in checks):
+        raise ValueError(f"{name}: {value!r} is not {_type_name(hint)}")
+
+
 def check_fields(config) -> None:
-    """Check every option of a config instance against its declared choices and range (one line per error).
+    """Check every option of a config instance against its declared type, choices and range (one line per error).
     Each config calls this from ``__post_init__``; nested sections check themselves."""
+    hints = _hints(type(config))
     for f in fields(config):
         if f.metadata.get("section") or "help" not in f.metadata:
             continue
         value, meta = getattr(config, f.name), f.metadata
         if value is None:
             continue
+        _check_type(value, hints[f.name], f.name)
         if meta["choices"] is not None and value not in meta["choices"]:
             raise ValueError(f"unknown {f.name} {value!r}; valid: {', '.join(map(repr, meta['choices']))}")
         if isinstance(value, (int, float)) and not isinstance(value, bool):

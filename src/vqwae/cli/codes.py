@@ -68,7 +68,8 @@ def decode_command(
     run_dir: Path = Arg(..., help="The run (or model folder) whose weights wrote the codes."),
     codes: Path = Arg(..., help="A codes file written by `vqwae encode`."),
     out: Path = Opt(..., "--out", parser=nonempty_path,
-                    help="Folder for the images: image_00000.png, ... and grid.png."),
+                    help="Folder for the images: image_00000.png, ... and grid.png, with a hidden manifest "
+                         "(.vqwae-images.json) of what it wrote: a later run replaces only those files."),
     limit: int | None = Opt(None, help="The first N codes only."),
     grid: int = Opt(64, help="Images in grid.png (the first N)."),
     batch_size: int = Opt(256, help="Code grids per batch."),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import os
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -25,7 +27,7 @@ DataRoot = Annotated[str | None, typer.Option(help="Override the dataset locatio
 
 # A disk that is full, read-only or not ours: the user's to fix, so one line (every file vqwae writes goes
 # through an atomic replace, so what was written before stays whole).
-DISK_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.ENAMETOOLONG,
+DISK_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.ENAMETOOLONG,
                          errno.ENOTDIR})
 
 
@@ -39,10 +41,11 @@ def disk_errors(command):
             if e.errno not in DISK_ERRNOS:
                 raise
             fail(f"cannot write {e.filename}: {e.strerror}" if e.filename else f"cannot write: {e.strerror}")
-        except Exception as e:  # safetensors reports a full disk with its own error type
-            if "No space left on device" not in str(e):
+        except Exception as e:  # safetensors reports a full disk with its own error type: "... (os error 28)"
+            code = re.search(r"os error (\d+)", str(e))
+            if code is None or int(code.group(1)) not in DISK_ERRNOS:
                 raise
-            fail(f"cannot write: no space left on device ({type(e).__name__})")
+            fail(f"cannot write: {os.strerror(int(code.group(1)))} ({type(e).__name__})")
     return wrapper
 
 

@@ -113,7 +113,9 @@ def sample_command(
     klass: int | None = Opt(None, "--class", help="Class id (needs a class-conditional prior). A conditional "
                                                      "prior without --class cycles through the classes."),
     temperature: float = Opt(1.0, help="Softmax temperature (1: the model; <1 sharper; 0 greedy)."),
-    out: Path | None = Opt(None, "--out", parser=nonempty_path, help="Output folder (default: RUN_DIR/samples)."),
+    out: Path | None = Opt(None, "--out", parser=nonempty_path,
+                           help="Output folder (default: RUN_DIR/samples), with a hidden manifest (.vqwae-images.json) "
+                                "of what it wrote: a later run replaces only those files."),
     batch_size: int = Opt(256, help="Grids sampled in parallel."),
     seed: int = Opt(0),
     prior: Path | None = Opt(None, "--prior", help="Prior folder (default: RUN_DIR/prior, or RUN_DIR/prior_cond "

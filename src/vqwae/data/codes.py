@@ -71,8 +71,11 @@ class CodesMeta:
             raise ValueError(f"{where}: damaged codes metadata ({e})") from None
 
 
-def index_dtype(num_codes: int) -> torch.dtype:
-    """The smallest integer type that holds every index of a codebook of ``num_codes`` codes."""
+def index_dtype(num_codes: int, signed: bool = False) -> torch.dtype:
+    """The smallest integer type that holds every index of a codebook of ``num_codes`` codes (``signed``: and -1, a
+    residual level not used)."""
+    if signed:
+        return torch.int8 if num_codes <= 1 << 7 else torch.int16 if num_codes <= 1 << 15 else torch.int32
     if num_codes <= 1 << 8:
         return torch.uint8
     if num_codes <= 1 << 16:
@@ -112,7 +115,8 @@ def check_codes(indices: torch.Tensor, meta: CodesMeta, labels: torch.Tensor | N
     """The one validation of codes, for the writer (:func:`save_codes`) and every reader (:func:`load_codes`, so
     ``vqwae decode``, ``prior train --codes`` and :class:`CodesDataset`): the metadata (:func:`check_meta`);
     integer indices (no float or bool: 3.7 is no code) of shape (N, *grid), N >= 1, every one in [0, K) (a residual
-    code too: every level is used); labels absent, or (N,) integers in [0, num_classes) with ``num_classes`` set.
+    code may end in -1s, levels not used: ``residual_index_error``); labels absent, or (N,) integers in
+    [0, num_classes) with ``num_classes`` set.
     Returns (indices int64, labels int64 or None); raises a ValueError naming ``where`` and the problem."""
     check_meta(meta, where)
     if not isinstance(indices, torch.Tensor):
@@ -126,10 +130,16 @@ def check_codes(indices: torch.Tensor, meta: CodesMeta, labels: torch.Tensor | N
     if indices.shape[0] == 0:
         raise ValueError(f"{where} holds no codes (0 items): encode at least one image")
     indices = indices.to(torch.int64)  # (uint16 and uint32 lack min / max in torch)
-    lo, hi = int(indices.min()), int(indices.max())
-    if lo < 0 or hi >= meta.num_codes:
-        raise ValueError(f"{where}: indices must lie in [0, {meta.num_codes}) (K {meta.num_codes}; every residual "
-                         f"level used), got [{lo}, {hi}]")
+    if meta.levels is not None:  # residual codes: -1 marks the levels a call did not use
+        from vqwae.quantizers.residual import residual_index_error
+
+        error = residual_index_error(indices, meta.num_codes)
+        if error:
+            raise ValueError(f"{where}: {error}")
+    else:
+        lo, hi = int(indices.min()), int(indices.max())
+        if lo < 0 or hi >= meta.num_codes:
+            raise ValueError(f"{where}: indices must lie in [0, {meta.num_codes}) (K {meta.num_codes}), got [{lo}, {hi}]")
     if labels is None:
         return indices, None
     if meta.num_classes is None:
@@ -155,7 +165,8 @@ def save_codes(path: str | os.PathLike, indices: torch.Tensor, meta: CodesMeta,
     from safetensors.torch import save_file
 
     indices, labels = check_codes(indices, meta, labels, f"codes for {path}")
-    tensors = {"indices": indices.to(index_dtype(meta.num_codes)).contiguous().cpu()}
+    signed = bool((indices < 0).any())  # residual codes with levels not used
+    tensors = {"indices": indices.to(index_dtype(meta.num_codes, signed)).contiguous().cpu()}
     if labels is not None:
         tensors["labels"] = labels.contiguous().cpu()
     path = Path(path)

@@ -162,8 +162,11 @@ def _quiet_tv():
         yield
 
 
-def _decode(path, channels: int) -> torch.Tensor:
-    tv = _tv_io()
+DECODERS = ("auto", "pil")
+
+
+def _decode(path, channels: int, decoder: str = "auto") -> torch.Tensor:
+    tv = _tv_io() if decoder == "auto" else None
     tv_err: Exception | None = None
     if tv is not None:
         decode_image, read_file, mode = tv
@@ -192,13 +195,16 @@ def _decode(path, channels: int) -> torch.Tensor:
     return t.permute(2, 0, 1).contiguous() if t.ndim == 3 else t.unsqueeze(0)
 
 
-def decode_file(path, channels: int = 3) -> torch.Tensor:
-    """Decode one image file to a uint8 ``(channels, H, W)`` tensor (RGB or grey).
+def decode_file(path, channels: int = 3, decoder: str = "auto") -> torch.Tensor:
+    """Decode one image file to a uint8 ``(channels, H, W)`` tensor (RGB or grey). ``decoder``: "auto" (torchvision's
+    libjpeg-turbo / libpng where it has them, PIL otherwise) or "pil" (PIL alone: the two give the same pixels).
 
     Raises :class:`CorruptImageError` naming the file if it cannot be decoded.
     """
+    if decoder not in DECODERS:
+        raise ValueError(f"unknown decoder {decoder!r}; valid: {', '.join(DECODERS)}")
     with _quiet_tv():
-        return _decode(path, channels)
+        return _decode(path, channels, decoder)
 
 
 def _transform(img: torch.Tensor, crop: int | str | None, size: int | None) -> torch.Tensor:

@@ -73,21 +73,21 @@ class KantorovichPotential(nn.Module):
                     p.requires_grad_(True)
                 objective = semi_dual(cost, log_pi, self(codebook), eps).sum()
                 grads = torch.autograd.grad(objective, [p for _, p in params])
+            for _, p in params:
+                p.requires_grad_(False)
             if reduce is not None:  # one all-reduce of all the gradients, packed
                 packed = reduce(torch.cat([g.reshape(-1) for g in grads]))
                 grads = [t.view_as(g) for t, g in zip(packed.split([g.numel() for g in grads]), grads)]
-                for _, p in params:
-                    p.requires_grad_(False)
             finite = torch.stack([torch.isfinite(g).all() for g in grads]).all()  # on the device: no host read
             grads = [torch.where(finite, g, torch.zeros_like(g)) for g in grads]  # a NaN step moves nothing
             self.adam_step += 1
-            t = int(self.adam_step)
+            t = self.adam_step.double()  # Adam's bias correction, on the device (no host read of the step count)
+            step = (self.lr * torch.sqrt(1 - b2**t) / (1 - b1**t)).to(self.w1.dtype)
             for (name, p), grad in zip(params, grads):
                 m, v = getattr(self, f"exp_avg_{name}"), getattr(self, f"exp_avg_sq_{name}")
                 m.mul_(b1).add_(grad, alpha=1 - b1)
                 v.mul_(b2).addcmul_(grad, grad, value=1 - b2)
-                step = self.lr * math.sqrt(1 - b2**t) / (1 - b1**t)
-                p.addcdiv_(m, v.sqrt().add_(self.adam_eps), value=step)  # ascent: + lr * m / sqrt(v)
+                p.addcdiv_(m * step, v.sqrt().add_(self.adam_eps))  # ascent: + lr * m / sqrt(v), bias-corrected
 
 
 class DualSolver(Solver):

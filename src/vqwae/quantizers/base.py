@@ -6,11 +6,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from vqwae.distributed import is_distributed
 from vqwae.ot.histogram import code_histogram, perplexity_from_counts
 from vqwae.ot.cost import nearest_code
 from vqwae.quantizers.shape import CodebookShape, LatentShape  # noqa: F401 (their home before)
@@ -25,7 +23,7 @@ class QuantizerOutput:
     indices: torch.Tensor  # (B, *positions) long: nearest codeword of each latent
     loss: torch.Tensor  # scalar: the quantizer's whole contribution to the training loss
     losses: dict[str, torch.Tensor] = field(default_factory=dict)  # named, already weighted; sum to `loss`
-    perplexity: torch.Tensor | None = None  # exp(entropy) of this batch's code usage (all ranks under DDP)
+    perplexity: torch.Tensor | None = None  # exp(entropy) of this batch's code usage (this rank's batch under DDP)
 
 
 def _choice(name: str, value, valid) -> None:
@@ -69,6 +67,20 @@ class Quantizer(nn.Module):
         super()._load_from_state_dict(*args, **kwargs)
         self._done_once.clear()  # re-read the loaded flags on the next training step
 
+    def _apply(self, fn, recurse=True):
+        """A module cast to half precision (``model.bfloat16()``, ``.half()``, ``.to(torch.float16)``) leaves the
+        quantizer's float32 state (codebook, pi, EMAs, the solver's potential) in float32: its updates are sums of
+        small steps that bf16 rounds away (the mass drifts). The forward runs in float32 (``fp32``) and returns
+        ``quantized`` in the latents' dtype. A cast to float64 applies (a double quantizer is a user's choice)."""
+
+        def keep_float32(t):
+            out = fn(t)
+            if t.dtype == torch.float32 and out.dtype in (torch.float16, torch.bfloat16):
+                return t.to(out.device)  # the values as they were (not rounded through half precision), moved
+            return out
+
+        return super()._apply(keep_float32, recurse)
+
     # ---- to be provided by subclasses -------------------------------------------------------------
     @property
     def codebook(self) -> torch.Tensor:  # (K, D)
@@ -107,6 +119,7 @@ class Quantizer(nn.Module):
             raise ValueError(f"expected latents of shape {self.layout}, got shape {tuple(z.shape)}")
         if not z.is_floating_point():
             raise TypeError(f"latents must be floating point, got {z.dtype}")
+        refuse_meta(z)
         channels = z.shape[-1] if self.config.channel_last else z.shape[1]
         if channels != self.dim:
             where = "last" if self.config.channel_last else "second (channel-first; channel_last=True for (B, N, D))"
@@ -121,16 +134,21 @@ class Quantizer(nn.Module):
                                  f"latent), got {mask.dtype} {tuple(mask.shape)}")
         self.check_finite(z)
 
-    @staticmethod
-    def check_finite(z: torch.Tensor) -> None:
-        """NaN or Inf latents are an error. On the CPU (eager) a ValueError; on an accelerator or under
-        torch.compile an asynchronous device assert, so the hot path neither waits for the device nor breaks
-        the compiled graph."""
-        finite = torch.isfinite(z).all()
+    def check_finite(self, z: torch.Tensor) -> None:
+        """NaN, Inf, or latents so large that their squared distances to the codes overflow float32 (|z| of ~1e18
+        and more: a NaN or infinite loss, silently) are an error. On the CPU (eager) a ValueError; on an accelerator
+        or under torch.compile an asynchronous device assert, so the hot path neither waits for the device nor
+        breaks the compiled graph. One reduction either way."""
+        limit = (torch.finfo(torch.float32).max / (4 * self.dim)) ** 0.5  # then (|z| + |c|)^2 D stays finite
+        ok = z.detach().abs().amax() <= limit  # False for NaN and Inf too
         if z.device.type != "cpu" or torch.compiler.is_compiling():
-            torch._assert_async(finite, "latents contain NaN or Inf (check the encoder and the learning rate)")
-        elif not finite:
-            raise ValueError("latents contain NaN or Inf (check the encoder and the learning rate)")
+            torch._assert_async(ok, f"latents contain NaN or Inf, or values beyond +-{limit:.1g} whose squared "
+                                "distances overflow float32 (check the encoder and the learning rate)")
+        elif not ok:
+            if not torch.isfinite(z).all():
+                raise ValueError("latents contain NaN or Inf (check the encoder and the learning rate)")
+            raise ValueError(f"latents reach {float(z.abs().amax()):.3g}: beyond +-{limit:.1g} their squared "
+                             "distances to the codes overflow float32; scale the latents")
 
     def positions_shape(self, z: torch.Tensor) -> tuple[int, ...]:
         """The positions' axes of z: (H, W) of (B, D, H, W), (N,) of a channel-last (B, N, D)."""
@@ -151,6 +169,8 @@ class Quantizer(nn.Module):
     def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
         """(B, *positions) long -> the codewords in the input's layout, equal to ``quantized`` at eval time (values
         and memory layout: a decoder then computes exactly what it computes in the forward pass)."""
+        if not isinstance(indices, torch.Tensor):
+            raise TypeError(f"indices must be an int64 tensor, got {type(indices).__name__} (torch.tensor(...) it)")
         if indices.dtype != torch.long:
             raise TypeError(f"indices must be int64, got {indices.dtype}")
         if indices.numel() and (indices.min() < 0 or indices.max() >= self.num_codes):
@@ -159,12 +179,12 @@ class Quantizer(nn.Module):
         return latents if self.config.channel_last else latents.movedim(-1, 1)
 
     def batch_perplexity(self, indices: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Perplexity of this batch's usage histogram (the unmasked latents'), summed over DDP ranks when
-        running distributed."""
+        """Perplexity of this batch's usage histogram (the unmasked latents'). Under DDP it is this rank's batch:
+        a forward issues no collective (evaluation, sampling and encoding run uneven shares on the ranks); the
+        trainer averages the logged value over ranks with the epoch's other figures. ``CodeUsage`` sums a
+        histogram over ranks where one is wanted."""
         indices = indices.detach()
         counts = code_histogram(indices, self.num_codes, keep=None if mask is None else mask.reshape(indices.shape))
-        if is_distributed():
-            dist.all_reduce(counts)
         return perplexity_from_counts(counts).float()
 
     @staticmethod
@@ -210,10 +230,18 @@ def rotation_trick(z: torch.Tensor, z_q: torch.Tensor, eps: float = 1e-12) -> to
     return q + (rotated - rotated.detach())
 
 
+def refuse_meta(z) -> None:
+    """Latents on the meta device (shapes without values) are an error naming it, not torch's "unsupported
+    scalarType" from deep inside."""
+    if isinstance(z, torch.Tensor) and z.device.type == "meta":
+        raise ValueError("latents on the 'meta' device hold no values: give them (and the quantizer) a real device")
+
+
 def fp32(fn):
     """Run a quantizer's forward in float32 even inside a bf16/fp16 autocast region."""
 
     def wrapper(self, z, *args, **kwargs):
+        refuse_meta(z)
         with torch.autocast(device_type=z.device.type, enabled=False):
             return fn(self, z, *args, **kwargs)
 

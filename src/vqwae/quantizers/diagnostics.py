@@ -15,6 +15,7 @@ from vqwae.ot.semidiscrete import SemiDiscreteSolver, semi_dual_value
 from vqwae.ot.transport import latents_by_group
 from vqwae.quantizers.pi import check_positions
 from vqwae.quantizers.transport_map import tv_from_pi
+from vqwae.quantizers.wasserstein_base import WassersteinBase
 
 #: The exact W of the ratio is only solved up to this K: exact OT on N latents over-fits them when N is not >> K (its
 #: optimum spreads each latent over K / N codes), and POT's simplex grows with N K.
@@ -31,7 +32,7 @@ class Diagnostics:
     * tv_nearest: the same for the nearest codes (what the decoder receives);
     * w_ratio: the solver's W estimate (the semi-dual at its potential, a lower bound) over exact OT's W (POT)
       between the latents (a random ``batch`` of them with a shared pi) and the pi-weighted codebook; None above
-      K = EXACT_UP_TO;
+      K = EXACT_UP_TO and where the exact W is 0 (every latent on a code);
     * cells_disagree: the share of latents whose transport code is not their nearest code;
     * dead_codes: codes that are no latent's nearest code; perplexity: exp(entropy) of the nearest codes' usage.
 
@@ -68,6 +69,12 @@ def diagnostics(quantizer, latents: torch.Tensor, *, batch: int = 16384, exact: 
     ((B, D, *positions), or channel-last). ``batch``: the latents the exact W is solved on with a shared pi;
     ``exact=False`` skips that solve (w_ratio None); ``generator``: the draws of that batch and of the sampling
     floor."""
+    if not isinstance(quantizer, WassersteinBase):
+        raise TypeError(f"diagnostics takes a WassersteinQuantizer or PaperWassersteinQuantizer, got "
+                        f"{type(quantizer).__name__} (its usage: vqwae.metrics.usage.CodeUsage)")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"diagnostics: batch must be an int >= 1, got {batch!r}")
+    quantizer.check_input(latents)  # the layout, the dim, finite, not empty
     flat = quantizer.flatten(latents)  # (B, M, D)
     solver = quantizer.solver
     shared = quantizer.config.num_positions is None
@@ -86,7 +93,8 @@ def diagnostics(quantizer, latents: torch.Tensor, *, batch: int = 16384, exact: 
             rows = torch.randperm(n, generator=generator)[:batch] if shared else torch.arange(n)
             xs, a = x[rows.to(x.device)], assigned[rows.to(x.device)]
             h = semi_dual_value(xs, quantizer.embedding, a, solver.code_potential(), quantizer.log_pi())
-            w_ratio = float(h) / _exact_w(xs, quantizer.embedding, pi)
+            exact_w = _exact_w(xs, quantizer.embedding, pi)
+            w_ratio = float(h) / exact_w if exact_w > 0 else None  # W = 0: every latent on a code, no ratio
     return Diagnostics(tv_cells=tv_cells, tv_nearest=tv_from_pi(nearest, pi),
                        tv_floor=tv_from_pi(draws.to(pi.device), pi),
                        w_ratio=w_ratio, cells_disagree=disagree, dead_codes=int((counts == 0).sum()),

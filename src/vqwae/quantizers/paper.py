@@ -74,7 +74,9 @@ class PaperWassersteinQuantizer(WassersteinBase):
         self.solver = build_solver(self.config, self.groups)
 
     def _gathered(self) -> bool:
-        return self.config.global_batch and is_distributed()
+        """One OT over every rank's latents: a training step's only (its ranks run the same steps); an evaluation's
+        loss is each rank's own, since its shares may differ in length."""
+        return self.config.global_batch and self.training and is_distributed()
 
     @fp32
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *,

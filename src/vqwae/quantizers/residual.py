@@ -26,6 +26,9 @@ SoundStream and ResidualVQ train.
 Quantizer dropout (SoundStream's bitrate scalability): with ``dropout=True`` each training call uses the first
 n levels, n drawn uniformly from 1..L (once per batch, on the host: no device synchronisation); any call can
 ask for ``num_levels=n`` itself (e.g. a lower bitrate at inference). Levels not used report index -1.
+The draw is the same on every DDP rank and after a resume: the t-th training call's n comes from a generator
+seeded by (a seed drawn at construction, t), both kept in the ``dropout_state`` buffer (DDP broadcasts buffers
+from rank 0 when it wraps the model; the buffer is read on the host once, at the first call).
 """
 from __future__ import annotations
 
@@ -37,6 +40,24 @@ import torch
 from torch import nn
 
 from vqwae.quantizers.base import Quantizer, QuantizerOutput, scale_gradient
+
+
+#: The index of a level a call did not use (``num_levels=n``, dropout): the levels after the first n.
+UNUSED = -1
+
+
+def residual_index_error(indices: torch.Tensor, num_codes: int) -> str | None:
+    """What is wrong with residual codes (..., L) int64, or None: every index in [0, K) or ``UNUSED`` (-1), the first
+    level used, and the unused levels a suffix (a call uses the first n levels)."""
+    lo, hi = int(indices.min()), int(indices.max())
+    if lo < UNUSED or hi >= num_codes:
+        return f"indices must lie in [0, {num_codes}), or be -1 for a level not used; got [{lo}, {hi}]"
+    used = indices >= 0
+    if not bool(used[..., 0].all()):
+        return "the first level of every residual code must be used (-1 only marks the levels after the first n)"
+    if used.shape[-1] > 1 and bool((used[..., 1:] & ~used[..., :-1]).any()):
+        return "a level not used (-1) is followed by a used one: a call uses the first n levels, so -1s end a code"
+    return None
 
 
 @dataclass
@@ -71,6 +92,18 @@ class ResidualQuantizer(nn.Module):
         self.num_levels, self.dim, self.dropout = num_levels, first.dim, dropout
         self.pull = first.residual_pull if pull is None else float(pull)
         self.num_codes = max(q.num_codes for q in self.levels)  # what an index of any level fits in
+        if dropout:  # (seed, training calls so far): every rank draws the same level counts
+            seed = int(torch.randint(0, 2**62, ()))
+            self.register_buffer("dropout_state", torch.tensor([seed, 0], dtype=torch.long))
+        self._draws: list[int] | None = None  # the host's copy of dropout_state, read at the first draw
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        self._draws = None  # read the loaded state at the next draw
+        if prefix + "dropout_state" in missing_keys:  # saved before the draw was kept: keep this stack's own
+            missing_keys.remove(prefix + "dropout_state")
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *, num_levels: int | None = None,
                 compute_loss: bool | None = None) -> ResidualOutput:
@@ -90,7 +123,7 @@ class ResidualQuantizer(nn.Module):
             perplexity.append(out.perplexity)
             losses.update({f"level{level}/{name}": value for name, value in out.losses.items()})
         unused = self.num_levels - n
-        indices += [torch.full_like(indices[0], -1)] * unused
+        indices += [torch.full_like(indices[0], UNUSED)] * unused
         perplexity = torch.stack(perplexity + [torch.full_like(perplexity[0], float("nan"))] * unused)
         quantized = total + (z - z.detach())  # one straight-through estimator for the stack (the value: exactly total)
         loss = sum(losses.values()) if losses else quantized.new_zeros(())
@@ -103,8 +136,16 @@ class ResidualQuantizer(nn.Module):
                 raise ValueError(f"num_levels must lie in 1..{self.num_levels}, got {num_levels}")
             return num_levels
         if self.dropout and self.training:
-            return random.randint(1, self.num_levels)
+            return self._draw_levels()
         return self.num_levels
+
+    def _draw_levels(self) -> int:
+        if self._draws is None:
+            self._draws = [int(v) for v in self.dropout_state.tolist()]
+        seed, t = self._draws
+        self._draws[1] = t + 1
+        self.dropout_state[1].fill_(t + 1)  # a write, not a read: no host synchronisation
+        return random.Random(seed * 1_000_003 + t).randint(1, self.num_levels)
 
     def reconstruction_loss(self, x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The data term of the levels' method (``Quantizer.reconstruction_loss``)."""
@@ -130,8 +171,14 @@ class ResidualQuantizer(nn.Module):
 
     def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
         """(B, *positions, L) indices (-1: level not used) -> the summed codewords in the levels' layout."""
-        if indices.shape[-1] != self.num_levels:
+        if not isinstance(indices, torch.Tensor) or indices.dtype != torch.long:
+            got = indices.dtype if isinstance(indices, torch.Tensor) else type(indices).__name__
+            raise TypeError(f"indices must be an int64 tensor, got {got}")
+        if indices.dim() < 2 or indices.shape[-1] != self.num_levels:
             raise ValueError(f"indices must end with a level axis of {self.num_levels}, got shape {tuple(indices.shape)}")
+        error = residual_index_error(indices, self.num_codes) if indices.numel() else None
+        if error:
+            raise ValueError(error)
         total = None
         for level, q in enumerate(self.levels):
             idx = indices[..., level]

@@ -53,14 +53,17 @@ class WassersteinBase(Quantizer):
         """How the training step's no-grad work runs (a saved model does not carry these): replayed as a CUDA graph on
         a GPU (``graph_update``, the default), through torch.compile (``compile_update``), and how many (latent, code)
         distances the semidiscrete search materialises at once (``chunk_entries``, default 2^24)."""
-        if chunk_entries is not None and int(chunk_entries) < 1:
-            raise ValueError(f"chunk_entries must be >= 1, got {chunk_entries}")
+        if chunk_entries is not None and (isinstance(chunk_entries, bool) or not isinstance(chunk_entries, int)
+                                          or chunk_entries < 1):
+            raise ValueError(f"set_runtime: chunk_entries must be an int >= 1, got {chunk_entries!r}")
         for name, value in (("graph_update", graph_update), ("compile_update", compile_update)):
+            if value is not None and not isinstance(value, bool):
+                raise ValueError(f"set_runtime: {name} must be True or False, got {value!r}")
             if value is not None:
-                setattr(self, name, bool(value))
-                setattr(self.solver, name, bool(value))
+                setattr(self, name, value)
+                setattr(self.solver, name, value)
         if chunk_entries is not None:
-            self.solver.chunk_entries = int(chunk_entries)
+            self.solver.chunk_entries = chunk_entries
         return self
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, *args, **kwargs):
@@ -128,7 +131,9 @@ class WassersteinBase(Quantizer):
         """Solve the transport map on the latents ``z`` (a training set's encoder outputs, in the input layout) with
         the codebook and pi held: see :func:`vqwae.quantizers.transport_map.fit_transport`."""
         solver = self._semidiscrete("fit_transport")
-        self.check_finite(z)  # NaN latents would leave a NaN potential
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(f"fit_transport: steps must be an int >= 0, got {steps!r}")
+        self.check_input(z)  # the layout, the dim, not empty; NaN latents would leave a NaN potential
         flat = self.flatten(z)
         self._check_positions(flat)
         return fit_transport(solver, self.embedding, self.pi, flat, steps, generator)

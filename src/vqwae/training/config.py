@@ -30,7 +30,8 @@ import yaml
 
 from vqwae.data.options import DataOptions
 from vqwae.models.network_options import NetworkConfig, NetworkOptions
-from vqwae.options import SCHEDULE, WHERE, check_fields, from_flat, identity, option, section, to_flat, to_nested
+from vqwae.options import (SCHEDULE, WHERE, check_fields, flat_names, from_flat, identity, leaves, option, section,
+                           to_flat, to_nested)
 from vqwae.quantizers.shape import CodebookShape
 from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions, initial_log_var
 from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT
@@ -214,7 +215,7 @@ class TrainConfig:
         """defaults < preset < config file < overrides (flat option names; None values are ignored)."""
         cfg = cls()
         values = load_config_file(config_file) if config_file is not None else {}
-        in_file = values.pop("preset", values.pop("run.preset", None))  # a file's preset applies, as --preset's
+        in_file = _preset_in_file(values, config_file)  # a file's preset applies, as --preset's
         if in_file is not None and preset is not None and in_file != preset:
             raise ValueError(f"--preset {preset} and config file {config_file}'s preset {in_file!r} disagree")
         preset = preset if preset is not None else in_file
@@ -224,7 +225,10 @@ class TrainConfig:
             cfg = from_flat(cls, dict(PRESETS[preset], preset=preset), base=cfg)
         if values:
             cfg = from_flat(cls, values, base=cfg, where=f"config file {config_file}")
-        return from_flat(cls, {k: v for k, v in overrides.items() if v is not None}, base=cfg)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        cfg = from_flat(cls, given, base=cfg)
+        _check_given_apply(cfg, [*values, *given], preset)
+        return cfg
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainConfig":
@@ -241,9 +245,12 @@ class TrainConfig:
                 flat = {**_FORMAT_1_IMPLICIT["wasserstein"], **flat}
         elif version in (2, FORMAT_VERSION):
             flat = _flatten_paths({k: v for k, v in values.items() if k != "format_version"})
-        else:
+        elif isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
             raise ValueError(f"config.json has format_version {version}; this vqwae reads 1 to {FORMAT_VERSION} "
                              "(a newer vqwae wrote it?)")
+        else:
+            raise ValueError(f"config.json's format_version must be an integer from 1 to {FORMAT_VERSION}, got "
+                             f"{version!r}")
         return from_flat(cls, _without_retired(flat), where="config.json")
 
     def to_dict(self) -> dict:
@@ -338,6 +345,35 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 raise yaml.constructor.ConstructorError(None, None, f"repeated key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep)
+
+
+def _preset_in_file(values: dict, config_file) -> str | None:
+    """Take the preset out of a config file's values (flat ``preset`` or nested ``run: {preset}``, not both)."""
+    given = [values.pop(key) for key in ("preset", "run.preset") if key in values]
+    if len(given) == 2:
+        raise ValueError(f"config file {config_file} gives the preset twice ({given[0]!r} and {given[1]!r})")
+    if given and given[0] is not None and not isinstance(given[0], str):
+        raise ValueError(f"config file {config_file}: preset must be one name ({', '.join(PRESETS)}), got "
+                         f"{given[0]!r}")
+    return given[0] if given else None
+
+
+def _check_given_apply(cfg: "TrainConfig", given: list[str], preset: str | None) -> None:
+    """An option given (on the command line or in a config file) that the trained model never reads is an error,
+    not a no-op recorded in config.json as if it applied (``--rotation-trick`` with VQ-WAE); so is a ``--model``
+    that contradicts its preset's (``--preset field-vq --model vqwae`` would train VQ-WAE recorded as field-vq)."""
+    wanted = PRESETS.get(preset, {}).get("model") if preset is not None else None
+    if wanted is not None and cfg.model != wanted:
+        raise ValueError(f"--preset {preset} trains --model {wanted}, but --model {cfg.model} was given: drop one")
+    by_name = {**flat_names(TrainConfig), **{".".join(leaf.path): leaf for leaf in leaves(TrainConfig)}}
+    for key in given:
+        leaf = by_name.get(key.replace("-", "_"))
+        path = leaf.path if leaf is not None else ()
+        owner = (path[1] if len(path) == 3 and path[0] == "quantizer" and path[1] in MODELS
+                 else "vqwae" if path == ("quantizer", "shared_pi") else None)
+        if owner is not None and owner != cfg.model:
+            flag = leaf.flat.replace("_", "-")
+            raise ValueError(f"--{flag} is an option of --model {owner}, but this run trains --model {cfg.model}")
 
 
 def load_config_file(path: str | Path) -> dict:

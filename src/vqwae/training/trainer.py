@@ -42,12 +42,44 @@ from vqwae.provenance import provenance
 from vqwae.quantizers import build_quantizer
 from vqwae.training import folder
 from vqwae.training.lock import hold_run_folder
-from vqwae.threads import cpu_threads, default_num_threads
+from vqwae.threads import cpu_threads, default_num_threads, flush_denormals
 from vqwae.training import checkpoint
 from vqwae.training.adversarial import BETAS, AdversarialLoss
 from vqwae.training.logger import build_logger
 from vqwae.training.config import TrainConfig
 from vqwae.training.transport_fit import fit_saved_weights
+
+class _TermSums:
+    """The epoch's sums of the logged terms (each x the batch's images), on the device: a step's terms are stacked
+    and added in one launch; a term that appears later (VQGAN's adversary at disc_start) gets its sum from then."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.names: tuple = ()  # the terms of the open stack
+        self.open: torch.Tensor | None = None  # their sums (float64)
+        self.closed: dict = {}  # the sums of stacks closed when the set of terms changed
+
+    def add(self, terms: dict, images: int) -> None:
+        names = tuple(terms)
+        if names != self.names:
+            self._close()
+            self.names, self.open = names, torch.zeros(len(names), dtype=torch.float64, device=self.device)
+        self.open += torch.stack([v.detach().reshape(()).float() for v in terms.values()]) * images
+
+    def _close(self) -> None:
+        self.closed = self.as_dict()
+        self.names, self.open = (), None
+
+    def as_dict(self) -> dict:
+        """{name: sum} (0-d float64 tensors), in the order the terms first appeared."""
+        out = dict(self.closed)
+        for name, value in zip(self.names, self.open if self.open is not None else ()):
+            out[name] = out[name] + value if name in out else value.clone()
+        return out
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.as_dict()[name]
+
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or Inf; the last good checkpoint is kept."""
@@ -55,11 +87,15 @@ class TrainingDiverged(RuntimeError):
 
 @dataclass
 class TrainResult:
+    """What ``train`` returns: the run folder, how far it got, and the model as the last step left it (on the
+    training device, in training mode; the folder's ``model.safetensors`` holds the best epoch's weights)."""
+
     run_dir: Path
     epochs_completed: int
     steps: int
     best_val_mse: float
     last_metrics: dict
+    model: VQAutoencoder | None = None
 
 
 def build_model(cfg: TrainConfig, channels: int, image_size: int) -> VQAutoencoder:
@@ -174,6 +210,7 @@ def train(cfg: TrainConfig, *, resume: bool = False, progress: bool | None = Non
             scope.enter_context(hold_run_folder(run_dir, is_main=main, distributed=dist_info.enabled, device=device))
             if device.type == "cpu":
                 scope.enter_context(cpu_threads(_cpu_threads_per_rank(run.threads, world)))
+                scope.enter_context(flush_denormals())
             result = _train_locked(cfg, run_dir, device, dist_info, scope, resume=resume, progress=progress)
     except BaseException:
         if fresh and main:
@@ -203,7 +240,7 @@ def _train_locked(cfg: TrainConfig, run_dir: Path, device: torch.device, dist_in
         training.run_epoch(epoch)
     if dist_info.is_main:
         training.fit_transport()
-    return TrainResult(run_dir, training.epoch, training.step, training.best, training.last)
+    return TrainResult(run_dir, training.epoch, training.step, training.best, training.last, training.model)
 
 
 def _load_training_data(cfg: TrainConfig, rank: int, world: int):
@@ -282,8 +319,7 @@ class _Training:
         self.refresh = refresh_interval()  # decided once: the loop only compares clocks
 
     def run_epoch(self, epoch: int) -> None:
-        sums, seen_by, seen, seconds, partial = self._train_steps(epoch)
-        metrics = self._epoch_metrics(epoch, sums, seen_by, seen, seconds, partial)
+        metrics = self._epoch_metrics(epoch, *self._train_steps(epoch))
         if self.gan is None:
             self.scheduler.step(metrics["val/mse"])
         self.last, self.epoch = metrics, epoch + 1
@@ -293,25 +329,41 @@ class _Training:
             self.best = min(self.best, metrics["val/mse"])
 
     def _train_steps(self, epoch: int):
-        """One epoch of optimiser steps: (the running sums of the loss terms, the images behind each adversarial
-        term, the images seen, the seconds, whether max_steps cut the epoch short)."""
+        """One epoch of optimiser steps: (the sums of the logged terms over the epoch's images, the images behind
+        each adversarial term, the images seen, the seconds, whether max_steps cut the epoch short, whether a loss
+        was non-finite)."""
         cfg, device, model, gan = self.cfg, self.device, self.model, self.gan
         opt, world = cfg.optim, self.dist.world_size
         model.train()
         batches = epoch_batches(len(self.splits.train), opt.batch_size, epoch, cfg.run.seed, self.dist.rank, world)
-        loader = DataLoader(self.splits.train, batch_sampler=batches, num_workers=cfg.data.num_workers)
-        # Running sums stay on the device: no host synchronisation per step for bookkeeping.
-        sums = defaultdict(lambda: torch.zeros((), dtype=torch.float64, device=device))
+        loader = DataLoader(self.splits.train, batch_sampler=batches, num_workers=cfg.data.num_workers,
+                            pin_memory=device.type == "cuda")  # pinned: the copy below is asynchronous
+        # The logged terms of a step are stacked and added to the epoch's sums in one launch; the sums, and the flag of
+        # a non-finite loss, stay on the device: no host synchronisation per step. The flag is read at the progress
+        # refresh (one process) and with the epoch's figures (every rank at once: DDP ranks stop together).
+        sums = _TermSums(device)
         seen_by = defaultdict(int)  # images behind each VQGAN term: the adversary's start at disc_start
+        diverged = torch.zeros((), dtype=torch.bool, device=device)
         seen, t0 = 0, time.perf_counter()
         # A bar in a terminal, a line every 30 s in a log file; its figures are read from the device (a host
         # sync) only when it is about to show them.
         bar = progress_bar(loader, desc=f"epoch {epoch + 1}/{opt.epochs}" if self.progress else None, unit="batch")
-        shown_at = -math.inf
+        shown_at = time.perf_counter()
+        # One process on the CPU reads the flag every step (no device to wait for): it stops before the bad step's
+        # update. Elsewhere a non-finite step's update makes the weights non-finite, and the next latents stop the
+        # quantizer (its check: a ValueError on the CPU, a device assert on a GPU), which is reported as divergence.
+        check_each_step = device.type == "cpu" and not self.dist.enabled
         for i, (x, _) in enumerate(bar):
             x = x.to(device, non_blocking=True)
-            with self.autocast():
-                x_hat, out = self.ddp_model(x)
+            try:
+                with self.autocast():
+                    x_hat, out = self.ddp_model(x)
+            except (ValueError, RuntimeError) as e:
+                if "NaN or Inf" in str(e) or "device-side assert" in str(e):
+                    raise TrainingDiverged(f"non-finite latents at epoch {epoch + 1}, step {self.step + 1} (the weights "
+                                           f"diverged); the last good checkpoint in {self.run_dir} is kept. Try a "
+                                           "lower --lr or --precision fp32.") from e
+                raise
             terms: dict = {}
             if gan is None:
                 recon = model.reconstruction_loss(x_hat.float(), x)
@@ -320,13 +372,9 @@ class _Training:
                     recon, terms = gan.generator_terms(x, x_hat.float(), model.decoder.last_layer, self.step)
                 recon = recon.float()
             loss = recon + out.loss
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(
-                    f"non-finite loss at epoch {epoch + 1}, step {self.step + 1} (terms: "
-                    f"recon={float(recon.detach()):.4g}, "
-                    + ", ".join(f"{k}={float(v.detach()):.4g}" for k, v in out.losses.items())
-                    + f"); the last good checkpoint in {self.run_dir} is kept. Try a lower --lr or --precision fp32."
-                )
+            diverged |= ~torch.isfinite(loss.detach())
+            if check_each_step and diverged:
+                self._diverged(epoch, out, recon, self.step + 1)
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
@@ -340,31 +388,44 @@ class _Training:
             b = x.shape[0]
             seen += b
             with torch.no_grad():
-                sums["loss"] += loss.detach() * b
-                sums["recon"] += recon.detach() * b
-                sums["mse"] += torch.nn.functional.mse_loss(x_hat.detach().float(), x) * b
-                for name, value in {**out.losses, **terms}.items():
-                    sums[name] += value.detach() * b
-                for name in terms:
-                    seen_by[name] += b
-                sums["perplexity"] += out.perplexity * b
-            if self.progress and time.perf_counter() - shown_at >= self.refresh:
+                mse = torch.nn.functional.mse_loss(x_hat.detach().float(), x)
+                sums.add({"loss": loss, "recon": recon, "mse": mse, **out.losses, **terms,
+                          "perplexity": out.perplexity}, b)
+            for name in terms:
+                seen_by[name] += b
+            if time.perf_counter() - shown_at >= self.refresh:
                 shown_at = time.perf_counter()
-                bar.set_postfix(step=self.step, loss=f"{float(sums['loss']) / seen:.5f}",
-                                ppl=f"{float(out.perplexity):.1f}", img_s=f"{seen * world / (shown_at - t0):.0f}",
-                                refresh=False)
+                if not self.dist.enabled and bool(diverged):  # under DDP every rank reads it at the epoch's end
+                    self._diverged(epoch, out, recon)
+                if self.progress:
+                    bar.set_postfix(step=self.step, loss=f"{float(sums['loss']) / seen:.5f}",
+                                    ppl=f"{float(out.perplexity):.1f}",
+                                    img_s=f"{seen * world / (shown_at - t0):.0f}", refresh=False)
             if opt.max_steps is not None and self.step >= opt.max_steps:
                 break
         bar.close()
         partial = opt.max_steps is not None and self.step >= opt.max_steps and i + 1 < len(batches)
-        return sums, seen_by, seen, time.perf_counter() - t0, partial
+        self._last_terms = (out, recon)  # for the message, if the epoch's figures find the loss non-finite
+        return sums.as_dict(), seen_by, seen, time.perf_counter() - t0, partial, diverged
+
+    def _diverged(self, epoch: int, out, recon, step: int | None = None) -> None:
+        raise TrainingDiverged(
+            f"non-finite loss {'at' if step else 'by'} epoch {epoch + 1}, step {step or self.step} (terms: "
+            f"recon={float(recon.detach()):.4g}, "
+            + ", ".join(f"{k}={float(v.detach()):.4g}" for k, v in out.losses.items())
+            + f"); the last good checkpoint in {self.run_dir} is kept. Try a lower --lr or --precision fp32."
+        )
 
     def _epoch_metrics(self, epoch: int, sums: dict, seen_by: dict, seen: int, seconds: float,
-                       partial: bool) -> dict:
-        """The epoch's line of metrics.jsonl: the training terms averaged over every rank's images, validation."""
+                       partial: bool, diverged: torch.Tensor) -> dict:
+        """The epoch's line of metrics.jsonl: the training terms averaged over every rank's images, validation. A
+        non-finite loss on any rank (summed in the same all-reduce) stops every rank before anything is saved."""
         counts = torch.tensor([float(seen), *map(float, seen_by.values())], dtype=torch.float64, device=self.device)
-        totals = torch.cat([counts, torch.stack(list(sums.values()))])
+        totals = torch.cat([diverged.double().reshape(1), counts, torch.stack(list(sums.values()))])
         distributed.all_reduce_sum(totals)
+        if float(totals[0]) > 0:
+            self._diverged(epoch, *self._last_terms)
+        totals = totals[1:]
         n = dict(zip(seen_by, totals[1:len(counts)]))
         metrics = {"epoch": epoch + 1, "step": self.step}
         metrics.update({f"train/{k}": float(v / n.get(k, totals[0])) for k, v in zip(sums, totals[len(counts):])})
