@@ -1,4 +1,4 @@
 """``python -m vqwae ...`` (and ``torchrun -m vqwae train ...``)."""
-from vqwae.cli.main import app
+from vqwae.cli import main
 
-app(prog_name="vqwae")
+main()

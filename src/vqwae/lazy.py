@@ -29,6 +29,8 @@ import sys
 import types
 from typing import Callable
 
+from vqwae.extras import require
+
 
 def _declared(source: str, package: str) -> dict[str, tuple[str, str]]:
     """name -> (module, attribute) of each ``from MODULE import ATTRIBUTE [as name]`` in the top-level
@@ -65,7 +67,7 @@ def attach(package: str) -> tuple[Callable[[str], object], Callable[[], list[str
     def __getattr__(name: str):
         if name in exports:
             where, attribute = exports[name]
-            value = getattr(importlib.import_module(where), attribute)
+            value = getattr(require(where), attribute)  # a missing extra: one line naming its pip install
             setattr(module, name, value)  # found directly from now on
             return value
         if not name.startswith("__") and importlib.util.find_spec(f"{package}.{name}") is not None:

@@ -30,6 +30,10 @@ def eval_command(
     lpips_vgg: bool = Opt(False, "--lpips-vgg/--no-lpips-vgg", help="Also compute LPIPS with the VGG16 trunk."),
     generation: bool = Opt(False, "--generation", help="Also generation FID from RUN_DIR/prior (see `vqwae prior train`)."),
     n_samples: int = Opt(1000, help="Generated images for --generation."),
+    download_weights: bool = Opt(False, "--download-weights",
+                                 help="Fetch metric weights not found locally (Inception from torch-fidelity's "
+                                      "release, the LPIPS trunks from torchvision); without it nothing is downloaded "
+                                      "and a metric whose weights are missing is skipped, saying why."),
     device: Device = "auto",
     threads: Threads = None,
     data_root: DataRoot = None,
@@ -55,11 +59,13 @@ def eval_command(
     try:
         result = evaluate_run(run_dir, split=split, limit=limit, batch_size=batch_size, resolution=res,
                               inception_weights=inception_weights, lpips_weights=lpips_weights, fid=fid,
-                              lpips=lpips, lpips_vgg=lpips_vgg, device=dev, data_root=data_root, threads=threads)
+                              lpips=lpips, lpips_vgg=lpips_vgg, device=dev, data_root=data_root, threads=threads,
+                              download_weights=download_weights)
         if generation:  # the prior's sampling and the Inception network obey --threads / VQWAE_THREADS too
             with threads_on(dev, threads):
                 result = run_generation_fid(run_dir, n=n_samples, inception_weights=inception_weights,
-                                            device=dev, limit=limit, progress=True)
+                                            device=dev, limit=limit, progress=True,
+                                            download_weights=download_weights)
     except (FileNotFoundError, ValueError) as e:
         fail(str(e))
     typer.echo(f"\n{run_dir}  ({result.get('model')} on {result.get('dataset')}, {split} split, "

@@ -50,15 +50,17 @@ def _indices_of(out: Any) -> torch.Tensor:
 METRIC_NETWORKS = ("lpips", "lpips_vgg", "rfid")  # the metrics that need a network with weights
 
 
-def load_metric_networks(names, *, lpips_weights=None, inception_weights=None, device="cpu") -> tuple[dict, dict]:
+def load_metric_networks(names, *, lpips_weights=None, inception_weights=None, device="cpu",
+                         download: bool = False) -> tuple[dict, dict]:
     """The one way vqwae loads the networks of the metrics ``names`` (of METRIC_NETWORKS): ``({name: network or
-    None}, {name: one-line reason it is None})``; weights resolve as ``load_lpips`` / ``load_inception`` say."""
+    None}, {name: one-line reason it is None})``; weights resolve as ``load_lpips`` / ``load_inception`` say (from
+    their usual places on the network only with ``download``)."""
     unknown = set(names) - set(METRIC_NETWORKS)
     if unknown:
         raise ValueError(f"unknown metric network(s) {sorted(unknown)}; known: {', '.join(METRIC_NETWORKS)}")
-    loaders = {"lpips": lambda: load_lpips(lpips_weights, device=device),
-               "lpips_vgg": lambda: load_lpips(lpips_weights, net="vgg", device=device),
-               "rfid": lambda: load_inception(inception_weights, device=device)}
+    loaders = {"lpips": lambda: load_lpips(lpips_weights, device=device, download=download),
+               "lpips_vgg": lambda: load_lpips(lpips_weights, net="vgg", device=device, download=download),
+               "rfid": lambda: load_inception(inception_weights, device=device, download=download)}
     nets, reasons = {}, {}
     for name in names:
         nets[name], why = loaders[name]()

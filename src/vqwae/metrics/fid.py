@@ -218,7 +218,7 @@ def resolve_inception_weights(weights: PathLike | None = None) -> Path | str | N
 def load_inception(
     weights: PathLike | None = None,
     *,
-    download: bool = True,
+    download: bool = False,
     device: str | torch.device = "cpu",
     batch_size: int | None = None,
     num_threads: int | None = None,

@@ -31,6 +31,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from vqwae.extras import require
+
 __all__ = [
     "Resolution",
     "SSIM_WINDOW",
@@ -98,7 +100,7 @@ def ssim_per_image(
     See the module docstring for the exact convention. Images must be at least 11x11 (after
     resizing).
     """
-    from torchmetrics.functional.image import structural_similarity_index_measure
+    structural_similarity_index_measure = require("torchmetrics.functional.image").structural_similarity_index_measure
 
     x, y = _pair(reconstructions, targets, resolution)
     h, w = x.shape[-2:]

@@ -341,7 +341,7 @@ def load_lpips(
     weights: PathLike | None = None,
     *,
     net: str = "alex",
-    download: bool = True,
+    download: bool = False,
     device: str | torch.device = "cpu",
 ) -> tuple[LPIPS | None, str | None]:
     """Build the LPIPS network of ``net``. Returns ``(net, None)`` or ``(None, one-line reason)``.
@@ -361,7 +361,7 @@ def require_lpips(
     weights: PathLike | None = None,
     *,
     net: str = "alex",
-    download: bool = True,
+    download: bool = False,
     device: str | torch.device = "cpu",
 ) -> LPIPS:
     """:func:`load_lpips` for work that cannot go on without the network (a training loss).

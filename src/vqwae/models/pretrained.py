@@ -135,6 +135,6 @@ def _resolve(source: str | os.PathLike, config_name: str) -> Path:
         from huggingface_hub import hf_hub_download  # optional: only for Hub repo ids
     except ImportError:
         raise FileNotFoundError(f"{source} is not a local folder; to load it from the Hugging Face Hub, "
-                                "`pip install huggingface_hub`") from None
+                                "pip install 'vqwae[hub]'") from None
     hf_hub_download(text, WEIGHTS_NAME)
     return Path(hf_hub_download(text, config_name)).parent  # both files land in the repo's snapshot folder

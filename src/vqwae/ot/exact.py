@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from vqwae.extras import require
 from vqwae.ot.cost import squared_distances
 from vqwae.ot.transport import Solver, Transport, plan_value, positions_as_groups
 
@@ -26,7 +27,7 @@ def exact_plans(cost: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torc
         plan (G, N, K) and potential v (G, K) with sum_k v_k = 0, on cost's device and dtype. The gradient of
         the OT value w.r.t. b along the simplex is v (POT's convention for ``ot.emd2``).
     """
-    import ot  # POT, here rather than at the top: it costs ~1.7 s at import (scikit-learn with it), and only
+    ot = require("ot")  # POT (vqwae[paper]), here rather than at the top: it costs ~1.7 s at import (scikit-learn with it), and only
     #            the exact solver needs it
 
     g, n, k = cost.shape

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from vqwae.extras import require
 from vqwae.ot.histogram import code_histogram, perplexity_from_counts
 from vqwae.ot.semidiscrete import SemiDiscreteSolver, semi_dual_value
 from vqwae.ot.transport import latents_by_group
@@ -53,7 +54,7 @@ class Diagnostics:
 
 def _exact_w(x: torch.Tensor, codebook: torch.Tensor, pi: torch.Tensor) -> float:
     """sum over groups of the exact W between the latents x (N, G, D) (weights 1/N) and the codebook weighted by pi."""
-    import ot  # POT: only here (it costs ~1.7 s at import)
+    ot = require("ot")  # POT (vqwae[paper]): only here (it costs ~1.7 s at import)
 
     n = x.shape[0]
     a = torch.full((n,), 1 / n, dtype=torch.float64)

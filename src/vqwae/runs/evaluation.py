@@ -27,11 +27,12 @@ SSIM_WINDOW = "uniform 11x11 (valid region), data_range 1"
 
 
 @functools.lru_cache(maxsize=4)
-def _metric_networks(inception_weights, lpips_weights, device: str, fid: bool, lpips: bool, lpips_vgg: bool):
+def _metric_networks(inception_weights, lpips_weights, device: str, fid: bool, lpips: bool, lpips_vgg: bool,
+                     download: bool = False):
     """Load the LPIPS, LPIPS-VGG and Inception networks once per process (reproduce evaluates dozens of runs)."""
     wanted = [name for name, on in (("lpips", lpips), ("lpips_vgg", lpips_vgg), ("rfid", fid)) if on]
     nets, reasons = load_metric_networks(wanted, lpips_weights=lpips_weights, inception_weights=inception_weights,
-                                         device=device)
+                                         device=device, download=download)
     if not lpips:
         reasons["lpips"] = "not asked for (--no-lpips)"
     if not fid:  # lpips_vgg is off by default: no key, no message
@@ -56,9 +57,11 @@ def evaluate_run(
     progress: bool = True,
     pictures: bool = True,
     threads: int | None = None,
+    download_weights: bool = False,
 ) -> dict:
     """Compute mse, psnr, ssim, lpips (+ lpips_vgg when asked), rfid, perplexity and codes used on ``split``; write
-    eval.json (merged), the reconstruction grid, the usage histogram (with pi for VQ-WAE) and the training curves."""
+    eval.json (merged), the reconstruction grid, the usage histogram (with pi for VQ-WAE) and the training curves.
+    The metric networks' weights are local (arguments, environment); ``download_weights`` fetches missing ones."""
     run_dir = Path(run_dir)
     if split not in ("val", "test"):
         raise ValueError(f"unknown split {split!r}; valid: 'val', 'test'")
@@ -70,7 +73,7 @@ def evaluate_run(
     loader = DataLoader(data, batch_size=batch_size, shuffle=False)
 
     lpips_net, lpips_vgg_net, inception, reasons = _metric_networks(inception_weights, lpips_weights, str(dev), fid,
-                                                                     lpips, lpips_vgg)
+                                                                     lpips, lpips_vgg, download_weights)
     reasons = dict(reasons)
     asked = {"lpips": lpips, "lpips_vgg": lpips_vgg, "rfid": fid}
     for metric, why in reasons.items():

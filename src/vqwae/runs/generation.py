@@ -126,13 +126,13 @@ def generation_fid(
 
 
 def run_generation_fid(run_dir: str | os.PathLike, *, n: int, inception_weights: str | None, device,
-                       limit: int | None, progress: bool = False) -> dict:
+                       limit: int | None, progress: bool = False, download_weights: bool = False) -> dict:
     """Generation FID of every prior the run has (unconditional and / or class-conditional) into eval.json."""
     priors = available_priors(run_dir)
     if not priors:
         raise FileNotFoundError(f"no prior in {run_dir}: train one first with `vqwae prior train {run_dir}` "
                                 "(add --conditional for class-conditional generation)")
-    inception, why = load_inception(inception_weights, device=device)
+    inception, why = load_inception(inception_weights, device=device, download=download_weights)
     if inception is None:
         return layout.update_eval(run_dir, {"gfid_uncond": None, "gfid_cond": None, "gfid_skipped": why})
     out = {}
