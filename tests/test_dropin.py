@@ -362,3 +362,68 @@ def test_ddp_splitting_unused_codes_keeps_every_buffer_and_pi_identical(tmp_path
     a, b = (torch.load(tmp_path / f"unused{r}.pt") for r in range(2))
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+# ---- a vector-quantize-pytorch loop, the constructor line changed (issue #66) ---------------------------------
+def _vector_quantize_pytorch_loop(vq, steps: int = 40):
+    """A training loop as vector-quantize-pytorch's README writes it: channel-last (B, N, D) latents,
+    ``quantized, indices, loss = vq(x)``, one optimizer over the model's parameters. Returns the first and last
+    reconstruction losses and the last indices."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict(dict(enc=torch.nn.Linear(16, 32), vq=vq, dec=torch.nn.Linear(32, 16)))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    x = torch.randn(32, 64, 16, generator=torch.Generator().manual_seed(1))
+    losses = []
+    for _ in range(steps):
+        quantized, indices, loss = model["vq"](model["enc"](x))
+        rec = F.mse_loss(model["dec"](quantized), x)
+        opt.zero_grad()
+        (rec + loss).backward()
+        opt.step()
+        losses.append(float(rec.detach()))
+    return losses[0], losses[-1], indices
+
+
+def test_a_vector_quantize_pytorch_loop_trains_with_the_constructor_line_changed():
+    import warnings
+
+    from vqwae.quantizers import WassersteinQuantizer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pi is in the optimizer: no warning
+        first, last, indices = _vector_quantize_pytorch_loop(WassersteinQuantizer(dim=32, num_codes=64,
+                                                                                  channel_last=True))
+    assert indices.shape == (32, 64) and indices.unique().numel() > 48  # most codes in use
+    assert last < 0.8 * first
+    try:
+        from vector_quantize_pytorch import VectorQuantize
+    except ImportError:
+        return  # the peer is a benchmark extra (vqwae[bench])
+    peer_first, peer_last, _ = _vector_quantize_pytorch_loop(VectorQuantize(dim=32, codebook_size=64))
+    assert peer_last < peer_first  # the same loop, unchanged, trains the peer too
+
+
+def test_latents_that_fit_either_layout_are_refused_unless_the_layout_is_said():
+    from vqwae.quantizers import WassersteinQuantizer
+
+    z = torch.randn(2, 64, 64)  # 64 tokens of 64 dims, or 64 channels over 64 positions
+    with pytest.raises(ValueError, match="say which holds the features"):
+        WassersteinQuantizer(num_codes=16, dim=64)(z)
+    for channel_last in (True, False):
+        assert WassersteinQuantizer(num_codes=16, dim=64, channel_last=channel_last)(z).indices.shape == (2, 64)
+
+
+def test_pi_outside_the_optimizer_draws_one_warning():
+    from vqwae.quantizers import WassersteinQuantizer
+    from vqwae.quantizers.wasserstein_base import PI_WATCH_CALLS
+
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=True)
+    enc = torch.nn.Linear(8, 8)
+    opt = torch.optim.Adam(enc.parameters(), lr=1e-3)  # the encoder's only: pi never moves
+    with pytest.warns(UserWarning, match="put the quantizer's parameters in your optimizer"):
+        for _ in range(PI_WATCH_CALLS):
+            opt.zero_grad()
+            q(enc(torch.randn(4, 16, 8))).loss.backward()
+            opt.step()

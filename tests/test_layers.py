@@ -8,7 +8,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "vqwae"
 
 # Lower layers first; modules on one line are one layer (they may import each other).
 LAYERS = [
-    ("files", "threads", "progress", "options", "lazy", "provenance"),
+    ("files", "threads", "progress", "options", "lazy", "provenance", "extras"),
     ("distributed",),
     ("fused",),
     ("ot",),

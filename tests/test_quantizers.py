@@ -299,7 +299,7 @@ def test_pull_none_follows_the_latents_per_code(images, codes, expected):
     grads = []
     for pull in (None, expected):
         torch.manual_seed(0)
-        q = WassersteinQuantizer(num_codes=codes, dim=4, pull=pull).train()
+        q = WassersteinQuantizer(num_codes=codes, dim=4, pull=pull, channel_last=False).train()
         z = torch.randn(images, 4, 4, 4, requires_grad=True)
         q(z)  # the data start
         q(z).losses["ws"].backward()

@@ -156,7 +156,8 @@ def test_train_defaults_are_the_quantizer_defaults_and_the_paper_preset_is_the_a
 
     kind, config = TrainConfig().quantizer_config(64)
     assert kind == "wasserstein"
-    assert config == WassersteinConfig()  # every field the quantizer's own default, the shared pi included
+    # every field the quantizer's own default, the shared pi included; the networks' layout said
+    assert config == WassersteinConfig(channel_last=False)
     kind, paper = TrainConfig.resolve(preset="paper").quantizer_config(64)
     assert kind == "paper-wasserstein" and (paper.solver, paper.ws_weight, paper.kl_reduction, paper.codebook_init,
                                             paper.num_positions) == ("exact", 1e-3, "mean", "normal", 64)

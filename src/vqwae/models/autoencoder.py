@@ -44,6 +44,7 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
         quantizer's dim defaults to the network's latent dim and must equal it."""
         if quantizer_config is None:
             quantizer_options.setdefault("dim", network.latent_dim)
+            quantizer_options.setdefault("channel_last", False)  # the networks' latents: (B, D, h, w)
         enc, dec = build_networks(network)
         quantizer = build_quantizer(quantizer_kind, quantizer_config, **quantizer_options)
         if quantizer.dim != network.latent_dim:

@@ -25,6 +25,10 @@ class QuantizerOutput:
     losses: dict[str, torch.Tensor] = field(default_factory=dict)  # named, already weighted; sum to `loss`
     perplexity: torch.Tensor | None = None  # exp(entropy) of this batch's code usage (this rank's batch under DDP)
 
+    def __iter__(self):
+        """``quantized, indices, loss = quantizer(z)``, as vector-quantize-pytorch's modules return them."""
+        return iter((self.quantized, self.indices, self.loss))
+
 
 def _choice(name: str, value, valid) -> None:
     if value not in valid:
@@ -120,6 +124,10 @@ class Quantizer(nn.Module):
         if not z.is_floating_point():
             raise TypeError(f"latents must be floating point, got {z.dtype}")
         refuse_meta(z)
+        if self.config.channel_last is None and z.shape[1] == z.shape[-1] == self.dim:
+            raise ValueError(f"latents of shape {tuple(z.shape)} have {self.dim} features on both their second and last "
+                             "axes: say which holds the features, channel_last=True for (B, *positions, D) (a "
+                             "sequence (B, N, D)) or channel_last=False for (B, D, *positions)")
         channels = z.shape[-1] if self.config.channel_last else z.shape[1]
         if channels != self.dim:
             where = "last" if self.config.channel_last else "second (channel-first; channel_last=True for (B, N, D))"

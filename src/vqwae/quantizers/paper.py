@@ -91,6 +91,8 @@ class PaperWassersteinQuantizer(WassersteinBase):
         flat = self.flatten(z).contiguous()  # (B, M, D) float32
         if self.training and cfg.codebook_init == "data":
             self._once_per_run("codebook_initialized", self._draw_codebook, flat)
+        if self.training:
+            self._watch_pi()
         want_loss = self.training if compute_loss is None else compute_loss
         assignment = None
         if want_loss and cfg.solver == "semidiscrete" and not self._gathered():

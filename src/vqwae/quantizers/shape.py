@@ -26,5 +26,6 @@ class LatentShape(CodebookShape):
     """The codebook's size and how the latents are laid out: what every quantizer's config starts with (the
     layout is the caller's, not a training option: the paper's networks are channel-first)."""
 
-    channel_last: bool = option(False, "latents are (B, *positions, D), e.g. a sequence (B, N, D), instead of "
-                                "channel-first (B, D, *positions)")
+    channel_last: bool | None = option(None, "latents are (B, *positions, D), e.g. a sequence (B, N, D) (True), or "
+                                       "channel-first (B, D, *positions) (False); None: channel-first, and latents "
+                                       "whose second and last axes both have D features are refused as ambiguous")

@@ -115,6 +115,7 @@ class WassersteinQuantizer(WassersteinBase):
             keep = mask.reshape(flat.shape[0], -1)
         if self.training:
             self._once_per_run("codebook_initialized", self._draw_codebook, flat, keep)
+            self._watch_pi()
         if not (self.training if compute_loss is None else compute_loss):
             indices = self.transport_map(flat) if cfg.quantize == "transport" else self.nearest(flat)  # (B, M)
             return self._output(z, self.straight_through(flat, F.embedding(indices, self.embedding)), indices, {},

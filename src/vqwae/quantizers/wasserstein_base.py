@@ -3,6 +3,8 @@ training step: the codebook and pi = softmax(beta) with the KL of the paper's Eq
 WS term's weighting, the semidiscrete transport map, the runtime settings and the reading of older state dicts."""
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
 
@@ -14,6 +16,9 @@ from vqwae.quantizers.transport_map import fit_transport, transport_map
 from vqwae.quantizers.upgrade import upgrade_state_dict
 from vqwae.quantizers.wasserstein_options import default_kl_weight
 
+
+#: training calls after which pi's logits that take gradients but have not moved draw a warning (``_watch_pi``)
+PI_WATCH_CALLS = 50
 
 class WassersteinBase(Quantizer):
     """Base of the VQ-WAE quantizers; a subclass builds ``self.solver`` after this constructor (the parameters'
@@ -43,6 +48,23 @@ class WassersteinBase(Quantizer):
         self.register_buffer("codebook_initialized", torch.zeros((), dtype=torch.bool))
         self.register_buffer("codes_drawn", torch.zeros((), dtype=torch.long))
         self.compile_update, self.graph_update = False, True  # runtime settings (set_runtime)
+        self._pi_watch: list | None = [0, None]  # (training calls, pi's logits at the first) until the check ran
+
+    def _watch_pi(self) -> None:
+        """Warn once when pi's logits take gradients for ``PI_WATCH_CALLS`` training calls but never move: they are
+        not in the optimiser (a drop-in user's optimiser over the encoder and decoder only), so pi stays frozen."""
+        if self._pi_watch is None or not self.config.learn_pi:
+            return
+        self._pi_watch[0] += 1
+        calls, start = self._pi_watch
+        if calls == 1:
+            self._pi_watch[1] = self.beta.detach().clone()
+        elif calls == PI_WATCH_CALLS:
+            if self.beta.grad is not None and torch.equal(self.beta.detach(), start):  # one host read, once
+                warnings.warn(f"pi's logits ({type(self).__name__}.beta) have taken gradients for {calls} training "
+                              "calls without moving: put the quantizer's parameters in your optimizer (a model's "
+                              "parameters() includes them), or pass learn_pi=False to keep pi fixed", stacklevel=3)
+            self._pi_watch = None
 
     @property
     def codebook(self) -> torch.Tensor:

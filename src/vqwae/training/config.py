@@ -285,12 +285,13 @@ class TrainConfig:
     def quantizer_config(self, latent_positions: int) -> tuple[str, object]:
         """The quantizer registry name and its config object for this run."""
         q = self.quantizer
-        shape = dict(num_codes=q.num_codes, dim=q.dim)
+        shape = dict(num_codes=q.num_codes, dim=q.dim, channel_last=False)  # the networks' latents: (B, D, h, w)
         if self.model == "vqwae":
             vqwae = q.vqwae
             if vqwae.solver == "dual" and vqwae.dual_epsilon is None:
                 vqwae = dataclasses.replace(vqwae, dual_epsilon=authors_dual_epsilon(self.data.dataset))
-            return vqwae.quantizer_config(q.num_codes, q.dim, None if q.shared_pi else latent_positions)
+            kind, config = vqwae.quantizer_config(q.num_codes, q.dim, None if q.shared_pi else latent_positions)
+            return kind, dataclasses.replace(config, channel_last=False)
         if self.model == "vqvae":
             return "vector", VectorConfig(**dataclasses.asdict(q.vqvae), **shape)
         sq = q.sqvae
