@@ -24,8 +24,7 @@ EXTRA = {
     "huggingface_hub": "hub", "tensorboard": "tensorboard",
 }
 #: the distribution's name where it differs from the import name
-DISTRIBUTION = {"ot": "POT", "yaml": "pyyaml", "PIL": "Pillow", "sklearn": "scikit-learn",
-                "huggingface_hub": "huggingface_hub"}
+DISTRIBUTION = {"ot": "POT", "yaml": "pyyaml", "PIL": "Pillow", "sklearn": "scikit-learn"}
 
 
 def missing_extra(error: ModuleNotFoundError) -> ModuleNotFoundError | None:

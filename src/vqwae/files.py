@@ -52,11 +52,11 @@ def _remove_orphans(path: Path) -> None:
 
 def _running(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: a check, nothing sent
     except ProcessLookupError:
         return False
-    except OSError:  # another user's process: running
-        return True
+    except PermissionError:  # another user's process
+        pass
     return True
 
 

@@ -100,6 +100,20 @@ def flat_names(cls: type) -> dict[str, Leaf]:
     return {leaf.flat: leaf for leaf in leaves(cls)}
 
 
+def find_leaf(cls: type, key: str) -> Leaf | None:
+    """The option a key names: its flat name or its dotted path ("ws_weight", "quantizer.vqwae.ws_weight"; dashes
+    read as underscores), or None."""
+    name = key.replace("-", "_")
+    return flat_names(cls).get(name) or {".".join(leaf.path): leaf for leaf in leaves(cls)}.get(name)
+
+
+def check_int(value, name: str, minimum: int = 0) -> int:
+    """``value`` when it is an int (not a bool) >= ``minimum``; else a one-line ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
 def names_with_role(cls: type, *roles: str) -> frozenset[str]:
     """The flat names of the options of ``cls`` whose role is one of ``roles``."""
     return frozenset(leaf.flat for leaf in leaves(cls) if leaf.role in roles)
@@ -132,13 +146,10 @@ def to_flat(config) -> dict:
 def from_flat(cls: type, values: dict, *, base=None, where: str = "config"):
     """An instance of ``cls`` from {flat name or dotted path: value}, on top of ``base`` (default: the
     defaults). Values are coerced to each option's type; unknown keys are an error naming the valid ones."""
-    by_flat = flat_names(cls)
-    by_path = {".".join(leaf.path): leaf for leaf in leaves(cls)}
     nested: dict = to_nested(base) if base is not None else {}
     unknown, given = [], {}
     for key, value in values.items():
-        name = key.replace("-", "_")
-        leaf = by_flat.get(name) or by_path.get(name)
+        leaf = find_leaf(cls, key)
         if leaf is None:
             unknown.append(key)
             continue
@@ -150,7 +161,7 @@ def from_flat(cls: type, values: dict, *, base=None, where: str = "config"):
             node = node.setdefault(part, {})
         node[leaf.path[-1]] = coerce(value, leaf.hint, f"{where}: {leaf.flat}")
     if unknown:
-        raise ValueError(f"unknown {where} keys {sorted(unknown)}; valid keys: {', '.join(sorted(by_flat))}")
+        raise ValueError(f"unknown {where} keys {sorted(unknown)}; valid keys: {', '.join(sorted(flat_names(cls)))}")
     return build(cls, nested)
 
 
@@ -289,5 +300,5 @@ def describe(leaf: Leaf) -> str:
     return text
 
 
-__all__ = ["option", "section", "Leaf", "leaves", "flat_names", "to_flat", "from_flat", "to_nested", "build",
+__all__ = ["option", "section", "Leaf", "leaves", "flat_names", "find_leaf", "check_int", "to_flat", "from_flat", "to_nested", "build",
            "coerce", "check_fields", "describe", "base_types"]

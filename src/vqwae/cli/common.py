@@ -27,8 +27,8 @@ DataRoot = Annotated[str | None, typer.Option(help="Override the dataset locatio
 
 # A disk that is full, read-only or not ours: the user's to fix, so one line (every file vqwae writes goes
 # through an atomic replace, so what was written before stays whole).
-DISK_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EDQUOT, errno.ENAMETOOLONG,
-                         errno.ENOTDIR})
+DISK_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EDQUOT,
+                         errno.ENAMETOOLONG, errno.ENOTDIR})
 
 
 def disk_errors(command):

@@ -139,7 +139,8 @@ def check_codes(indices: torch.Tensor, meta: CodesMeta, labels: torch.Tensor | N
     else:
         lo, hi = int(indices.min()), int(indices.max())
         if lo < 0 or hi >= meta.num_codes:
-            raise ValueError(f"{where}: indices must lie in [0, {meta.num_codes}) (K {meta.num_codes}), got [{lo}, {hi}]")
+            raise ValueError(f"{where}: indices must lie in [0, {meta.num_codes}) (K {meta.num_codes}), "
+                             f"got [{lo}, {hi}]")
     if labels is None:
         return indices, None
     if meta.num_classes is None:

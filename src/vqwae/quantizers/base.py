@@ -30,6 +30,11 @@ class QuantizerOutput:
         return iter((self.quantized, self.indices, self.loss))
 
 
+class NonFiniteLatents(ValueError):
+    """Latents a quantizer cannot take: NaN, Inf, or so large that their squared distances overflow float32 (the
+    trainer reports it as divergence: the weights that made them are non-finite or exploding)."""
+
+
 def _choice(name: str, value, valid) -> None:
     if value not in valid:
         raise ValueError(f"unknown {name} {value!r}; valid: {', '.join(map(repr, valid))}")
@@ -125,8 +130,8 @@ class Quantizer(nn.Module):
             raise TypeError(f"latents must be floating point, got {z.dtype}")
         refuse_meta(z)
         if self.config.channel_last is None and z.shape[1] == z.shape[-1] == self.dim:
-            raise ValueError(f"latents of shape {tuple(z.shape)} have {self.dim} features on both their second and last "
-                             "axes: say which holds the features, channel_last=True for (B, *positions, D) (a "
+            raise ValueError(f"latents of shape {tuple(z.shape)} have {self.dim} features on both their second and "
+                             "last axes: say which holds the features, channel_last=True for (B, *positions, D) (a "
                              "sequence (B, N, D)) or channel_last=False for (B, D, *positions)")
         channels = z.shape[-1] if self.config.channel_last else z.shape[1]
         if channels != self.dim:
@@ -144,19 +149,20 @@ class Quantizer(nn.Module):
 
     def check_finite(self, z: torch.Tensor) -> None:
         """NaN, Inf, or latents so large that their squared distances to the codes overflow float32 (|z| of ~1e18
-        and more: a NaN or infinite loss, silently) are an error. On the CPU (eager) a ValueError; on an accelerator
-        or under torch.compile an asynchronous device assert, so the hot path neither waits for the device nor
-        breaks the compiled graph. One reduction either way."""
+        and more: a NaN or infinite loss, silently) are an error. On the CPU (eager) a ``NonFiniteLatents``
+        (a ValueError); on an accelerator or under torch.compile an asynchronous device assert, so the hot path
+        neither waits for the device nor breaks the compiled graph. One reduction either way (no |z| copy)."""
         limit = (torch.finfo(torch.float32).max / (4 * self.dim)) ** 0.5  # then (|z| + |c|)^2 D stays finite
-        ok = z.detach().abs().amax() <= limit  # False for NaN and Inf too
+        lo, hi = torch.aminmax(z.detach())
+        ok = (hi <= limit) & (lo >= -limit)  # False for NaN and Inf too
         if z.device.type != "cpu" or torch.compiler.is_compiling():
             torch._assert_async(ok, f"latents contain NaN or Inf, or values beyond +-{limit:.1g} whose squared "
                                 "distances overflow float32 (check the encoder and the learning rate)")
         elif not ok:
             if not torch.isfinite(z).all():
-                raise ValueError("latents contain NaN or Inf (check the encoder and the learning rate)")
-            raise ValueError(f"latents reach {float(z.abs().amax()):.3g}: beyond +-{limit:.1g} their squared "
-                             "distances to the codes overflow float32; scale the latents")
+                raise NonFiniteLatents("latents contain NaN or Inf (check the encoder and the learning rate)")
+            raise NonFiniteLatents(f"latents reach {float(z.abs().amax()):.3g}: beyond +-{limit:.1g} their squared "
+                                   "distances to the codes overflow float32; scale the latents")
 
     def positions_shape(self, z: torch.Tensor) -> tuple[int, ...]:
         """The positions' axes of z: (H, W) of (B, D, H, W), (N,) of a channel-last (B, N, D)."""

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from vqwae.extras import require
+from vqwae.options import check_int
 from vqwae.ot.histogram import code_histogram, perplexity_from_counts
 from vqwae.ot.semidiscrete import SemiDiscreteSolver, semi_dual_value
 from vqwae.ot.transport import latents_by_group
@@ -73,8 +74,7 @@ def diagnostics(quantizer, latents: torch.Tensor, *, batch: int = 16384, exact: 
     if not isinstance(quantizer, WassersteinBase):
         raise TypeError(f"diagnostics takes a WassersteinQuantizer or PaperWassersteinQuantizer, got "
                         f"{type(quantizer).__name__} (its usage: vqwae.metrics.usage.CodeUsage)")
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"diagnostics: batch must be an int >= 1, got {batch!r}")
+    check_int(batch, "diagnostics: batch", minimum=1)
     quantizer.check_input(latents)  # the layout, the dim, finite, not empty
     flat = quantizer.flatten(latents)  # (B, M, D)
     solver = quantizer.solver

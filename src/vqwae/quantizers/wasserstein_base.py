@@ -8,6 +8,7 @@ import warnings
 import torch
 from torch import nn
 
+from vqwae.options import check_int
 from vqwae.ot.semidiscrete import SemiDiscreteSolver
 from vqwae.quantizers.base import Quantizer
 from vqwae.quantizers.data_start import draw_codebook
@@ -75,9 +76,8 @@ class WassersteinBase(Quantizer):
         """How the training step's no-grad work runs (a saved model does not carry these): replayed as a CUDA graph on
         a GPU (``graph_update``, the default), through torch.compile (``compile_update``), and how many (latent, code)
         distances the semidiscrete search materialises at once (``chunk_entries``, default 2^24)."""
-        if chunk_entries is not None and (isinstance(chunk_entries, bool) or not isinstance(chunk_entries, int)
-                                          or chunk_entries < 1):
-            raise ValueError(f"set_runtime: chunk_entries must be an int >= 1, got {chunk_entries!r}")
+        if chunk_entries is not None:
+            check_int(chunk_entries, "set_runtime: chunk_entries", minimum=1)
         for name, value in (("graph_update", graph_update), ("compile_update", compile_update)):
             if value is not None and not isinstance(value, bool):
                 raise ValueError(f"set_runtime: {name} must be True or False, got {value!r}")
@@ -153,8 +153,7 @@ class WassersteinBase(Quantizer):
         """Solve the transport map on the latents ``z`` (a training set's encoder outputs, in the input layout) with
         the codebook and pi held: see :func:`vqwae.quantizers.transport_map.fit_transport`."""
         solver = self._semidiscrete("fit_transport")
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"fit_transport: steps must be an int >= 0, got {steps!r}")
+        check_int(steps, "fit_transport: steps")
         self.check_input(z)  # the layout, the dim, not empty; NaN latents would leave a NaN potential
         flat = self.flatten(z)
         self._check_positions(flat)

@@ -30,8 +30,8 @@ import yaml
 
 from vqwae.data.options import DataOptions
 from vqwae.models.network_options import NetworkConfig, NetworkOptions
-from vqwae.options import (SCHEDULE, WHERE, check_fields, flat_names, from_flat, identity, leaves, option, section,
-                           to_flat, to_nested)
+from vqwae.options import (SCHEDULE, WHERE, check_fields, find_leaf, from_flat, identity, option, section, to_flat,
+                           to_nested)
 from vqwae.quantizers.shape import CodebookShape
 from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions, initial_log_var
 from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT
@@ -285,19 +285,20 @@ class TrainConfig:
     def quantizer_config(self, latent_positions: int) -> tuple[str, object]:
         """The quantizer registry name and its config object for this run."""
         q = self.quantizer
-        shape = dict(num_codes=q.num_codes, dim=q.dim, channel_last=False)  # the networks' latents: (B, D, h, w)
+        shape = dict(num_codes=q.num_codes, dim=q.dim)
         if self.model == "vqwae":
             vqwae = q.vqwae
             if vqwae.solver == "dual" and vqwae.dual_epsilon is None:
                 vqwae = dataclasses.replace(vqwae, dual_epsilon=authors_dual_epsilon(self.data.dataset))
             kind, config = vqwae.quantizer_config(q.num_codes, q.dim, None if q.shared_pi else latent_positions)
-            return kind, dataclasses.replace(config, channel_last=False)
-        if self.model == "vqvae":
-            return "vector", VectorConfig(**dataclasses.asdict(q.vqvae), **shape)
-        sq = q.sqvae
-        if sq.log_var_init is None:
-            sq = dataclasses.replace(sq, log_var_init=initial_log_var(self.data.dataset))
-        return "stochastic", StochasticConfig(**dataclasses.asdict(sq), **shape)
+        elif self.model == "vqvae":
+            kind, config = "vector", VectorConfig(**dataclasses.asdict(q.vqvae), **shape)
+        else:
+            sq = q.sqvae
+            if sq.log_var_init is None:
+                sq = dataclasses.replace(sq, log_var_init=initial_log_var(self.data.dataset))
+            kind, config = "stochastic", StochasticConfig(**dataclasses.asdict(sq), **shape)
+        return kind, dataclasses.replace(config, channel_last=False)  # the networks' latents: (B, D, h, w)
 
 
 def _without_retired(flat: dict) -> dict:
@@ -366,9 +367,8 @@ def _check_given_apply(cfg: "TrainConfig", given: list[str], preset: str | None)
     wanted = PRESETS.get(preset, {}).get("model") if preset is not None else None
     if wanted is not None and cfg.model != wanted:
         raise ValueError(f"--preset {preset} trains --model {wanted}, but --model {cfg.model} was given: drop one")
-    by_name = {**flat_names(TrainConfig), **{".".join(leaf.path): leaf for leaf in leaves(TrainConfig)}}
     for key in given:
-        leaf = by_name.get(key.replace("-", "_"))
+        leaf = find_leaf(TrainConfig, key)
         path = leaf.path if leaf is not None else ()
         owner = (path[1] if len(path) == 3 and path[0] == "quantizer" and path[1] in MODELS
                  else "vqwae" if path == ("quantizer", "shared_pi") else None)

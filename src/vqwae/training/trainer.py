@@ -35,11 +35,11 @@ from torch.utils.data import DataLoader
 
 from vqwae import distributed
 from vqwae.data import load_splits
-from vqwae.metrics.usage import CodeUsage
 from vqwae.models import VQAutoencoder, build_networks
 from vqwae.progress import progress_bar, refresh_interval
 from vqwae.provenance import provenance
 from vqwae.quantizers import build_quantizer
+from vqwae.quantizers.base import NonFiniteLatents
 from vqwae.training import folder
 from vqwae.training.lock import hold_run_folder
 from vqwae.threads import cpu_threads, default_num_threads, flush_denormals
@@ -47,39 +47,8 @@ from vqwae.training import checkpoint
 from vqwae.training.adversarial import BETAS, AdversarialLoss
 from vqwae.training.logger import build_logger
 from vqwae.training.config import TrainConfig
+from vqwae.training.epoch_figures import TermSums, validate
 from vqwae.training.transport_fit import fit_saved_weights
-
-class _TermSums:
-    """The epoch's sums of the logged terms (each x the batch's images), on the device: a step's terms are stacked
-    and added in one launch; a term that appears later (VQGAN's adversary at disc_start) gets its sum from then."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.names: tuple = ()  # the terms of the open stack
-        self.open: torch.Tensor | None = None  # their sums (float64)
-        self.closed: dict = {}  # the sums of stacks closed when the set of terms changed
-
-    def add(self, terms: dict, images: int) -> None:
-        names = tuple(terms)
-        if names != self.names:
-            self._close()
-            self.names, self.open = names, torch.zeros(len(names), dtype=torch.float64, device=self.device)
-        self.open += torch.stack([v.detach().reshape(()).float() for v in terms.values()]) * images
-
-    def _close(self) -> None:
-        self.closed = self.as_dict()
-        self.names, self.open = (), None
-
-    def as_dict(self) -> dict:
-        """{name: sum} (0-d float64 tensors), in the order the terms first appeared."""
-        out = dict(self.closed)
-        for name, value in zip(self.names, self.open if self.open is not None else ()):
-            out[name] = out[name] + value if name in out else value.clone()
-        return out
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        return self.as_dict()[name]
-
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or Inf; the last good checkpoint is kept."""
@@ -121,35 +90,6 @@ def epoch_batches(n: int, batch_size: int, epoch: int, seed: int, rank: int, wor
         chunk = perm[start : start + global_batch]
         out.append(chunk[rank * batch_size : (rank + 1) * batch_size])
     return [b for b in out if b]
-
-
-@torch.no_grad()
-def validate(model: VQAutoencoder, loader: DataLoader, device: torch.device, autocast) -> dict:
-    """Validation MSE, loss terms and ONE code-usage histogram over the whole split (all ranks)."""
-    model.eval()
-    usage = CodeUsage(model.quantizer.num_codes, device=device)
-    sums = defaultdict(float)
-    count = 0
-    for x, _ in loader:
-        x = x.to(device, non_blocking=True)
-        with autocast():
-            z = model.encoder(x)
-        out = model.quantizer(z, compute_loss=True)
-        with autocast():
-            x_hat = model.decoder(out.quantized)
-        b = x.shape[0]
-        sums["mse"] += float(torch.nn.functional.mse_loss(x_hat.float(), x)) * b
-        for name, value in out.losses.items():
-            sums[name] += float(value.detach()) * b
-        usage.update(out.indices)
-        count += b
-    totals = torch.tensor([count, *sums.values()], dtype=torch.float64, device=device)
-    distributed.all_reduce_sum(totals)
-    usage.reduce()
-    result = {f"val/{k}": float(v / totals[0]) for k, v in zip(sums, totals[1:])}
-    result.update({"val/perplexity": usage.perplexity, "val/codes_used": usage.codes_used})
-    model.train()
-    return result
 
 
 def _autocast_factory(precision: str, device: torch.device):
@@ -341,7 +281,7 @@ class _Training:
         # The logged terms of a step are stacked and added to the epoch's sums in one launch; the sums, and the flag of
         # a non-finite loss, stay on the device: no host synchronisation per step. The flag is read at the progress
         # refresh (one process) and with the epoch's figures (every rank at once: DDP ranks stop together).
-        sums = _TermSums(device)
+        sums = TermSums(device)
         seen_by = defaultdict(int)  # images behind each VQGAN term: the adversary's start at disc_start
         diverged = torch.zeros((), dtype=torch.bool, device=device)
         seen, t0 = 0, time.perf_counter()
@@ -358,11 +298,11 @@ class _Training:
             try:
                 with self.autocast():
                     x_hat, out = self.ddp_model(x)
-            except (ValueError, RuntimeError) as e:
-                if "NaN or Inf" in str(e) or "device-side assert" in str(e):
-                    raise TrainingDiverged(f"non-finite latents at epoch {epoch + 1}, step {self.step + 1} (the weights "
-                                           f"diverged); the last good checkpoint in {self.run_dir} is kept. Try a "
-                                           "lower --lr or --precision fp32.") from e
+            except (NonFiniteLatents, RuntimeError) as e:  # the quantizer's check, on the CPU / as a device assert
+                if isinstance(e, NonFiniteLatents) or "device-side assert" in str(e):
+                    raise TrainingDiverged(f"non-finite latents at epoch {epoch + 1}, step {self.step + 1} (the "
+                                           f"weights diverged); the last good checkpoint in {self.run_dir} is kept. "
+                                           "Try a lower --lr or --precision fp32.") from e
                 raise
             terms: dict = {}
             if gan is None:
@@ -398,7 +338,7 @@ class _Training:
                 if not self.dist.enabled and bool(diverged):  # under DDP every rank reads it at the epoch's end
                     self._diverged(epoch, out, recon)
                 if self.progress:
-                    bar.set_postfix(step=self.step, loss=f"{float(sums['loss']) / seen:.5f}",
+                    bar.set_postfix(step=self.step, loss=f"{float(sums.as_dict()['loss']) / seen:.5f}",
                                     ppl=f"{float(out.perplexity):.1f}",
                                     img_s=f"{seen * world / (shown_at - t0):.0f}", refresh=False)
             if opt.max_steps is not None and self.step >= opt.max_steps:
