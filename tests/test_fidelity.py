@@ -69,6 +69,24 @@ def test_the_paper_quantizers_terms_each_move_what_the_paper_says(solver):
     assert z.grad is None and q.embedding.grad is None and q.beta.grad.abs().sum() > 0
 
 
+def test_the_shipped_quantizers_terms_each_move_what_they_say():
+    """Backed up alone: W (the semi-dual, ``ws``) moves the latents and pi's logits, KL(pi || U) pi's logits only;
+    the codebook is placed by the transport, never by a gradient."""
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=8, dim=DIM).train()
+    with torch.no_grad():
+        q.beta.copy_(torch.randn_like(q.beta))  # a non-uniform pi: the KL has a gradient
+    for seed in (1, 2):  # the data start, then the potential's first step (it starts at 0: no pi gradient yet)
+        q(_latents(seed=seed))
+    z = _latents()
+    losses = q(z).losses
+    losses["ws"].backward(retain_graph=True)
+    assert z.grad.abs().sum() > 0 and q.beta.grad.abs().sum() > 0 and q.embedding.grad is None
+    z.grad = q.beta.grad = None
+    losses["kl"].backward()
+    assert z.grad is None and q.embedding.grad is None and q.beta.grad.abs().sum() > 0
+
+
 def test_the_shipped_quantizers_codebook_takes_no_gradient_at_all():
     q = WassersteinQuantizer(num_codes=8, dim=DIM).train()
     out = q(_latents())
