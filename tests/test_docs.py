@@ -55,6 +55,22 @@ def test_the_site_builds_strictly(tmp_path):
         assert (tmp_path / "site" / page).is_file(), page
     api = (tmp_path / "site" / "api" / "quantizers" / "index.html").read_text()
     assert 'id="vqwae.quantizers.WassersteinQuantizer"' in api  # the reference is generated, not empty
+    # what users call, on the classes they call it on (inherited members included), with parameter tables
+    for member in ("set_pi", "fit_transport", "set_runtime", "set_codebook", "codebook"):
+        assert f'id="vqwae.quantizers.WassersteinQuantizer.{member}"' in api, member
+    assert 'id="vqwae.quantizers.diagnostics.diagnostics"' in api
+    assert "ws_weight</span>" in api.split('id="vqwae.quantizers.WassersteinQuantizer"')[1].split("Bases:")[0]
+    models = (tmp_path / "site" / "api" / "models" / "index.html").read_text()
+    for member in ("save_pretrained", "from_pretrained", "encode", "decode_indices"):
+        assert f'id="vqwae.models.VQAutoencoder.{member}"' in models, member
+    # every training option on the options page, as a field with its default and flag, not as source
+    from vqwae.options import flag, leaves
+    from vqwae.training import TrainConfig
+
+    options = (tmp_path / "site" / "api" / "options" / "index.html").read_text()
+    assert "option(" not in options
+    for leaf in leaves(TrainConfig):
+        assert flag(leaf).split("/")[0] in options, leaf.flat
 
 
 @pytest.mark.parametrize("page", _python_pages(), ids=lambda p: str(p.relative_to(DOCS)))

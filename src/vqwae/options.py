@@ -302,3 +302,11 @@ def describe(leaf: Leaf) -> str:
 
 __all__ = ["option", "section", "Leaf", "leaves", "flat_names", "find_leaf", "check_int", "to_flat", "from_flat", "to_nested", "build",
            "coerce", "check_fields", "describe", "base_types"]
+
+
+def flag(leaf: Leaf) -> str:
+    """The command line's flag of an option: ``--ws-weight``; a boolean's pair, ``--learn-pi/--fixed-pi``."""
+    name = leaf.flat.replace("_", "-")
+    if base_types(leaf.hint)[0] == [bool]:
+        return f"--{name}/--{leaf.field.metadata.get('negative') or 'no-' + name}"
+    return f"--{name}"

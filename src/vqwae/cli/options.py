@@ -15,16 +15,11 @@ from typing import Callable
 import typer
 from rich.markup import escape
 
-from vqwae.options import Leaf, base_types, describe, leaves
+from vqwae.options import Leaf, base_types, describe, flag, leaves
 
 
 def _flag(leaf: Leaf) -> tuple[str, ...]:
-    name = leaf.flat.replace("_", "-")
-    allowed, _ = base_types(leaf.hint)
-    if allowed == [bool]:
-        negative = leaf.field.metadata.get("negative") or f"no-{name}"
-        return (f"--{name}/--{negative}",)
-    return (f"--{name}",)
+    return (flag(leaf),)
 
 
 def _help(leaf: Leaf) -> str:

@@ -39,6 +39,8 @@ NO_LABEL = -1  # the label CodesDataset gives an item of a data set without clas
 
 @dataclass(frozen=True)
 class CodesMeta:
+    """What a codes file says about its codes: the model that wrote them and their shape (in the file's header)."""
+
     fingerprint: str  # the autoencoder weights' vqwae.models.pretrained.weights_fingerprint (64 hex digits)
     num_codes: int  # K: every index lies in [0, K)
     grid: tuple[int, ...]  # one item's index shape: (h, w), or (h, w, L) with L residual levels
@@ -50,11 +52,13 @@ class CodesMeta:
     levels: int | None = None  # residual levels (the grid's last axis), None for a single quantizer
 
     def to_strings(self) -> dict[str, str]:
+        """The metadata as the safetensors header's string values (``from_strings`` reads them back)."""
         return {"format": FORMAT, "version": str(VERSION),
                 **{k: json.dumps(v) for k, v in dataclasses.asdict(self).items()}}
 
     @classmethod
     def from_strings(cls, meta: dict[str, str] | None, where: str) -> "CodesMeta":
+        """The metadata from a codes file's header; ``where`` (the file) names it in the one-line errors."""
         meta = meta or {}
         if meta.get("format") != FORMAT:
             raise ValueError(f"{where} is not a vqwae codes file (written by `vqwae encode`)")

@@ -10,6 +10,8 @@ from vqwae.options import WHERE, check_fields, option
 
 @dataclass(frozen=True)
 class DataOptions:
+    """The ``data`` section: the dataset, where it is read from, and the splits a run trains and validates on."""
+
     dataset: str = option("mnist", "mnist | fashionmnist | kmnist | cifar10 | svhn | celeba | ffhq | celebahq | imagefolder | digits "
                           "(vqwae.data.DATASETS)")
     data_root: str | None = option(None, "local copy of the dataset, e.g. ../shared/data (None: torchvision's "

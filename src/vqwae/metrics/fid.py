@@ -164,6 +164,7 @@ class InceptionFeatures:
         return 4 if self.device.type == "cpu" else 50
 
     def to(self, device: str | torch.device) -> "InceptionFeatures":
+        """Move the network to ``device``; returns self."""
         self.device = torch.device(device)
         self.module = self.module.to(self.device)
         return self

@@ -87,6 +87,7 @@ class FIDStatsCache:
         return {**asdict(key), "weights": weights_identity, "preprocess": PREPROCESS_VERSION}
 
     def path(self, key: StatsKey, weights_identity: str) -> Path:
+        """The cache file of this key and weights: named by the dataset, split and a digest of both."""
         meta = self._meta(key, weights_identity)
         digest = hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:24]
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in f"{key.dataset}-{key.split}")
@@ -115,6 +116,8 @@ class FIDStatsCache:
 
     def save(self, key: StatsKey, weights_identity: str, mu: np.ndarray, sigma: np.ndarray, *,
              num_images: int) -> Path | None:
+        """Store (mu, sigma) of ``num_images`` images under this key; the file written, or None (with a
+        warning) where the cache folder cannot be written."""
         p = self.path(key, weights_identity)
         meta = json.dumps(self._meta(key, weights_identity), sort_keys=True)
         try:

@@ -159,12 +159,15 @@ class LPIPS(nn.Module):
 
     @property
     def net(self) -> str:
+        """The trunk's name: alex or vgg."""
         return self.spec.name
 
     def extra_repr(self) -> str:
+        """The trunk's name in the module's repr."""
         return f"net={self.net!r}"
 
-    def train(self, mode: bool = True) -> "LPIPS":  # never leaves eval mode
+    def train(self, mode: bool = True) -> "LPIPS":
+        """A metric never leaves eval mode: ``train()`` keeps it there."""
         return super().train(False)
 
     # -- weights ---------------------------------------------------------------------------
@@ -211,6 +214,8 @@ class LPIPS(nn.Module):
         return f / (f.pow(2).sum(dim=1, keepdim=True).sqrt() + eps)
 
     def forward(self, x: torch.Tensor, y: torch.Tensor, normalize: bool = False) -> torch.Tensor:
+        """The LPIPS distance per image pair (B,) between two (B, C, H, W) batches in [-1, 1], or in [0, 1] with
+        ``normalize=True``; one-channel images are repeated to three."""
         if x.shape != y.shape or x.ndim != 4:
             raise ValueError(f"LPIPS expects two (B, C, H, W) tensors of the same shape, got {tuple(x.shape)} and {tuple(y.shape)}")
         if x.shape[1] == 1:

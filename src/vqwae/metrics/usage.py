@@ -23,6 +23,7 @@ class CodeUsage:
         self.counts = torch.zeros(num_codes, dtype=torch.float64, device=device)
 
     def update(self, indices: torch.Tensor) -> None:
+        """Add a batch's code indices (any shape, values in [0, K)) to the histogram."""
         self.counts += code_histogram(indices.to(self.counts.device), self.num_codes)
 
     def reduce(self) -> "CodeUsage":
@@ -33,13 +34,16 @@ class CodeUsage:
 
     @property
     def perplexity(self) -> float:
+        """exp of the usage's entropy: K when every code is used equally, 1 when one code takes everything."""
         return float(perplexity_from_counts(self.counts))
 
     @property
     def codes_used(self) -> int:
+        """The number of codes chosen at least once."""
         return int((self.counts > 0).sum())
 
     @property
     def probabilities(self) -> torch.Tensor:
+        """The usage as a distribution over the K codes (zeros before any update)."""
         total = self.counts.sum()
         return self.counts / total if total > 0 else self.counts.clone()

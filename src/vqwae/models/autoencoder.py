@@ -26,6 +26,23 @@ from vqwae.quantizers import (Quantizer, QuantizerOutput, ResidualQuantizer, bui
 
 
 class VQAutoencoder(PretrainedMixin, nn.Module):
+    """An encoder, a quantizer and a decoder: images (B, C, S, S) in [0, 1] -> reconstructions, and the code grids
+    between them (``encode``, ``decode_indices``). Build the paper's networks with ``from_config``, or wrap your own
+    encoder and decoder; save and load with ``save_pretrained`` / ``from_pretrained`` (safetensors).
+
+    >>> from vqwae.models import NetworkConfig
+    >>> model = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein")  # the paper's 32x32 network
+    >>> x = torch.rand(8, 1, 32, 32)                                                     # MNIST is padded to 32
+    >>> x_hat, out = model(x)
+    >>> loss = model.reconstruction_loss(x_hat, x) + out.loss
+
+    Args:
+        encoder: images -> latents (B, D, h, w).
+        quantizer: any ``Quantizer`` (or a ``ResidualQuantizer``) of dimension D, channel-first.
+        decoder: quantized latents -> images.
+        network_config: the paper's networks' configuration; only ``save_pretrained`` needs it.
+    """
+
     #: model_config.json, not config.json: in a run folder config.json is the training config.
     config_name = "model_config.json"
     #: 1: no "format_version" key (before 2026-11-23); 2: versioned; 3: VQ-WAE as two quantizers (issue #56:
@@ -84,6 +101,7 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
         return self.decoder(out.quantized), out
 
     def reconstruction_loss(self, x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The data term the quantizer's method pairs with its loss: the MSE, or SQ-VAE's (D_x / 2) log MSE."""
         return self.quantizer.reconstruction_loss(x_hat, x)
 
     @torch.no_grad()
@@ -111,6 +129,7 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
 
     # ---- persistence (PretrainedMixin) -----------------------------------------------------------------
     def config_dict(self) -> dict:
+        """The network's and the quantizer's configurations, as ``save_pretrained`` writes them."""
         if self.network_config is None:
             raise ValueError("save_pretrained needs a model built with from_config (or given a network_config)")
         return {"network": dataclasses.asdict(self.network_config), "quantizer": self.quantizer.config_dict()}

@@ -55,6 +55,8 @@ class NetworkOptions(VQGANSizes):
 
 @dataclass(frozen=True)
 class NetworkConfig(VQGANSizes):
+    """Everything the encoder and decoder are built from (a saved model's ``model_config.json`` holds it)."""
+
     arch: str = option("conv32", "conv32 (latent 8x8) | conv64 (CelebA, latent 16x16) | vqgan", choices=ARCHITECTURES)
     in_channels: int = option(3, "image channels (1 for MNIST)", min=1)
     hidden: int = option(128, "channels of the trunk", min=1)
@@ -80,6 +82,7 @@ class NetworkConfig(VQGANSizes):
         return 2 ** (len(int_list(self.ch_mult, "ch_mult")) - 1) if self.arch == "vqgan" else 4
 
     def latent_side(self, image_size: int) -> int:
+        """The code grid's side for images of ``image_size`` (refused unless the network's factor divides it)."""
         if image_size % self.factor:
             raise ValueError(f"image size {image_size} is not divisible by the network's factor {self.factor}")
         return image_size // self.factor

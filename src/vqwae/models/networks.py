@@ -33,6 +33,7 @@ class Residual(nn.Module):
         )
 
     def forward(self, x):
+        """x + F(x) (with the authors' quirk: ReLU(x) + F(ReLU(x)))."""
         if self.quirk_inplace:  # the authors' in-place ReLU: computes ReLU(x) + F(ReLU(x))
             x = torch.relu(x)
         return x + self.block(x)
@@ -48,6 +49,7 @@ class ResidualStack(nn.Module):
             self.layers = nn.ModuleList(Residual(channels, hidden, batch_norm, quirk_inplace) for _ in range(layers))
 
     def forward(self, x):
+        """The residual layers in turn, then a ReLU."""
         for layer in self.layers:
             x = layer(x)
         return torch.relu(x)
@@ -74,6 +76,7 @@ class Encoder(nn.Module):
         )
 
     def forward(self, x):
+        """Images (B, C, S, S) -> latents (B, D, S/4, S/4)."""
         return self.net(x)
 
 
@@ -93,6 +96,7 @@ class Decoder(nn.Module):
         )
 
     def forward(self, z):
+        """Latents (B, D, S/4, S/4) -> images (B, C, S, S)."""
         return self.net(z)
 
 
@@ -106,6 +110,7 @@ def init_weights(module: nn.Module) -> None:
 
 
 def build_networks(cfg: NetworkConfig) -> tuple[nn.Module, nn.Module]:
+    """(encoder, decoder) of the architecture ``cfg.arch`` names: the paper's conv32 / conv64 or VQGAN's."""
     if cfg.arch == "vqgan":
         from vqwae.models.vqgan import VQGANDecoder, VQGANEncoder
 

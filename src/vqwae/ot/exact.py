@@ -54,6 +54,7 @@ class ExactSolver(Solver):
     """The exact plan per group (POT's network simplex); its transport cost is the WS term."""
 
     def forward(self, flat, codebook, log_pi, *, update) -> Transport:
+        """As ``Solver.forward``: the exact plan per group; it keeps no state, so ``update`` changes nothing."""
         x = positions_as_groups(flat, self.shared)  # (G, N, D)
         with torch.no_grad():
             plan, v = exact_plans(squared_distances(x.detach(), codebook.detach()), log_pi.exp())

@@ -352,5 +352,6 @@ class SemiDiscreteSolver(Solver):
 
     @torch.no_grad()
     def reset(self) -> None:
+        """Forget the potential and its step's scale (the codebook was re-initialised)."""
         self.potential.zero_()
         self.scale.zero_()

@@ -20,6 +20,8 @@ from vqwae.ot.transport import Solver, Transport, plan_value, positions_as_group
 
 @dataclass
 class SinkhornResult:
+    """The entropic plans of a batch, one per group, and the potentials that give them."""
+
     f: torch.Tensor  # (G, N) latent-side potential
     g: torch.Tensor  # (G, K) code-side potential
     plan: torch.Tensor  # (G, N, K)
@@ -89,6 +91,8 @@ class SinkhornSolver(Solver):
         self.register_buffer("potential", torch.zeros(groups, num_codes))  # code-side g, absolute cost units
 
     def forward(self, flat, codebook, log_pi, *, update) -> Transport:
+        """As ``Solver.forward``: the entropic plan per group, warm-started from the previous step's potential
+        (kept when ``update``)."""
         x = positions_as_groups(flat, self.shared)  # (G, N, D)
         with torch.no_grad():
             cost = squared_distances(x.detach(), codebook.detach())
@@ -104,4 +108,5 @@ class SinkhornSolver(Solver):
 
     @torch.no_grad()
     def reset(self) -> None:
+        """Forget the warm start's potential (the codebook was re-initialised)."""
         self.potential.zero_()

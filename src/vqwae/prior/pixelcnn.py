@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vqwae.models.pretrained import PretrainedMixin
+from vqwae.options import check_fields, option
 
 CONFIG_NAME = "config.json"
 MODEL_TYPE = "gated_pixelcnn"
@@ -48,30 +49,32 @@ MODEL_TYPE = "gated_pixelcnn"
 
 @dataclass(frozen=True)
 class PixelCNNConfig:
-    num_codes: int = 512  # K: codebook size = number of categories per grid position (paper: 512)
-    num_classes: int | None = None  # None: unconditional prior; n: class-conditional (embedding added to every gate)
-    hidden_channels: int = 64  # channels per stack; ~2 min per epoch of 50k 8x8 grids on 2 CPU cores
-    num_layers: int = 15  # gated layers in total: 1 mask-A layer + (num_layers - 1) mask-B layers (paper: 15)
-    first_kernel_size: int = 7  # the mask-A layer's kernel (7x7, odd, >= 3)
-    kernel_size: int = 3  # every later mask-B layer's kernel (3x3, odd, >= 1)
+    """What a ``GatedPixelCNN`` prior over code grids is built from."""
+
+    num_codes: int = option(512, "K: categories per grid position, the autoencoder's codebook size (the paper: 512)",
+                            min=2)
+    num_classes: int | None = option(None, "None: an unconditional prior; n: class-conditional (a class embedding "
+                                     "added to every gate)", min=1)
+    hidden_channels: int = option(64, "channels per stack (~2 min per epoch of 50k 8x8 grids on 2 CPU cores)", min=1)
+    num_layers: int = option(15, "gated layers: 1 mask-A layer, then num_layers - 1 mask-B layers (the paper: 15)",
+                             min=1)
+    first_kernel_size: int = option(7, "the mask-A layer's kernel side (odd, >= 3)", min=3)
+    kernel_size: int = option(3, "every later mask-B layer's kernel side (odd)", min=1)
 
     def __post_init__(self):
-        if self.num_codes < 2:
-            raise ValueError(f"num_codes must be >= 2, got {self.num_codes}")
-        if self.num_classes is not None and self.num_classes < 1:
-            raise ValueError(f"num_classes must be None or >= 1, got {self.num_classes}")
-        if self.hidden_channels < 1 or self.num_layers < 1:
-            raise ValueError("hidden_channels and num_layers must be positive")
-        if self.first_kernel_size < 3 or self.first_kernel_size % 2 == 0:
+        check_fields(self)
+        if self.first_kernel_size % 2 == 0:
             raise ValueError(f"first_kernel_size must be odd and >= 3, got {self.first_kernel_size}")
-        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
+        if self.kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd and >= 1, got {self.kernel_size}")
 
     def to_dict(self) -> dict:
+        """The configuration as ``config.json`` holds it, with the model type."""
         return {"model_type": MODEL_TYPE, **dataclasses.asdict(self)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "PixelCNNConfig":
+        """The configuration from ``config.json``'s dict (keys it does not know, such as the model type, ignored)."""
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in fields})
 
@@ -105,6 +108,8 @@ class GatedMaskedLayer(nn.Module):
         self.class_embed = nn.Embedding(num_classes, 4 * channels) if num_classes else None
 
     def forward(self, v: torch.Tensor, h: torch.Tensor, labels: torch.Tensor | None = None):
+        """One gated layer on the vertical and horizontal stacks (B, C, H, W): the vertical stack sees the rows
+        above, the horizontal one the pixels to the left in the row; returns both, updated."""
         H, W = v.shape[-2:]
         r = self.r
         # vertical: pad top by r (no bottom padding: never look down), left/right by r
@@ -148,10 +153,12 @@ class GatedPixelCNN(PretrainedMixin, nn.Module):
 
     @property
     def num_codes(self) -> int:
+        """K, the number of codes the prior models."""
         return self.config.num_codes
 
     @property
     def device(self) -> torch.device:
+        """The device the prior's weights are on."""
         return next(self.parameters()).device
 
     def _check_labels(self, labels, batch: int) -> torch.Tensor | None:
@@ -200,6 +207,7 @@ class GatedPixelCNN(PretrainedMixin, nn.Module):
 
     # ---- persistence (PretrainedMixin: model.safetensors + config.json) ----------------------------------
     def config_dict(self) -> dict:
+        """The configuration, as ``save_pretrained`` writes it."""
         return self.config.to_dict()
 
     @classmethod

@@ -97,6 +97,8 @@ def cached_codes(
 # ---- training ----------------------------------------------------------------------------------------
 @dataclass
 class PriorTrainResult:
+    """What ``train_prior`` returns: the best model, the folder it was saved in, and its training history."""
+
     model: GatedPixelCNN  # the best model by validation NLL (also saved in out_dir), in eval mode
     out_dir: Path
     best_epoch: int  # 1-based

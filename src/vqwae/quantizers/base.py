@@ -92,7 +92,8 @@ class Quantizer(nn.Module):
 
     # ---- to be provided by subclasses -------------------------------------------------------------
     @property
-    def codebook(self) -> torch.Tensor:  # (K, D)
+    def codebook(self) -> torch.Tensor:
+        """The codewords (K, D), in the latents' units: what a latent is replaced by."""
         raise NotImplementedError
 
     def reconstruction_loss(self, x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -115,13 +116,19 @@ class Quantizer(nn.Module):
         self._done_once.add(flag)
 
     def config_dict(self) -> dict:
+        """The quantizer's kind and options, as ``save_pretrained`` writes them (``quantizer_from_config`` reads
+        them back)."""
         return {"kind": self.kind, **dataclasses.asdict(self.config)}
 
     @property
     def layout(self) -> str:
+        """The latents' layout this quantizer expects, in words: ``"(B, D, *positions)"`` or
+        ``"(B, *positions, D)"``."""
         return "(B, *positions, D)" if self.config.channel_last else "(B, D, *positions)"
 
     def check_input(self, z: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+        """Refuse, in one line, latents the forward cannot take: not a floating-point tensor of at least 3 axes,
+        the wrong feature size, an ambiguous layout, a mask of another shape, or values that are not finite."""
         if not isinstance(z, torch.Tensor):
             raise TypeError(f"expected a tensor of latents, got {type(z).__name__}")
         if z.dim() < 3:

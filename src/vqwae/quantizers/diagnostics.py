@@ -50,6 +50,7 @@ class Diagnostics:
     perplexity: float
 
     def to_dict(self) -> dict:
+        """The fields as a plain dict (e.g. for a JSON log)."""
         return asdict(self)
 
 

@@ -59,10 +59,30 @@ class PaperWassersteinQuantizer(WassersteinBase):
     >>> q = PaperWassersteinQuantizer(num_codes=512, dim=64, num_positions=64, solver="exact",
     ...                               codebook_init="normal", kl_reduction="mean", ws_weight=1e-3)
 
-    Options (``PaperWassersteinConfig``), beyond the shape (num_codes, dim, channel_last, num_positions) and the
-    ones ``WassersteinQuantizer`` shares (ws_weight, kl_weight, pi_init, learn_pi, quantize): solver; kl_reduction;
-    epsilon, sinkhorn_iters, sinkhorn_tol, warm_start (sinkhorn); phi_iterations, phi_lr, phi_hidden (dual);
-    global_batch (DDP: one OT over every rank's latents); codebook_init (normal or data).
+    Args:
+        num_codes: K, the number of codewords.
+        dim: D, the latents' and codewords' dimension.
+        channel_last: latents are (B, *positions, D) instead of (B, D, *positions).
+        num_positions: M for one pi per latent position (the paper); None: one pi shared by all positions.
+        ws_weight: lambda, the WS term's weight (the paper: 1e-3).
+        kl_weight: lambda_r, the weight of KL(pi || uniform) (None: as ``WassersteinQuantizer``).
+        pi_init: pi's start: uniform, peaked or gaussian.
+        learn_pi: learn pi (its logits must be in the optimizer).
+        quantize: nearest, or transport (the semidiscrete solver's map).
+        solver: the OT solver: semidiscrete, exact (the paper's, per position; POT), sinkhorn or dual.
+        kl_reduction: sum over codes (the paper's text) or mean (the authors' code, ``--preset paper``).
+        epsilon: sinkhorn's entropic regularisation, relative to the batch's mean cost.
+        sinkhorn_iters: sinkhorn's iteration cap.
+        sinkhorn_tol: sinkhorn's marginal-error tolerance (0: every iteration, no host read).
+        warm_start: sinkhorn starts from the previous step's potential.
+        phi_iterations: the dual form's inner ascent steps per training step.
+        phi_lr: the dual form's inner learning rate.
+        phi_hidden: the dual form's potential MLP width.
+        dual_epsilon: the dual form's absolute entropic regularisation (None: the authors' per dataset).
+        global_batch: under DDP, one OT over every rank's latents.
+        codebook_init: normal (N(0, 1), the authors') or data (K latents of the first batches).
+
+    The codebook is a parameter the optimizer steps on the WS term (the paper), so it must be in the optimizer.
     """
 
     kind = "paper-wasserstein"

@@ -71,7 +71,19 @@ class ResidualOutput(QuantizerOutput):
 
 class ResidualQuantizer(nn.Module):
     """``num_levels`` quantizers made by ``quantizer_factory()``, each quantizing the previous levels' residual;
-    ``pull`` scales the gradient the levels' losses send to the encoder (None: the levels' ``residual_pull``)."""
+    the output is the sum of the levels' codewords, its indices have a trailing level axis (B, *positions, L).
+
+    >>> rq = ResidualQuantizer(lambda: WassersteinQuantizer(num_codes=1024, dim=128, channel_last=True), 4)
+    >>> out = rq(torch.randn(8, 150, 128)); out.indices.shape
+    torch.Size([8, 150, 4])
+
+    Args:
+        quantizer_factory: makes one level (every level must share the latents' dim and layout).
+        num_levels: L, the number of levels.
+        dropout: in training, use only the first n levels, n drawn uniformly in [1, L] per call (SoundStream's
+            quantizer dropout: one model for every bitrate); unused levels' indices are -1.
+        pull: the scale of the gradient the levels' losses send to the encoder (None: the levels' ``residual_pull``).
+    """
 
     kind = "residual"  # the name a saved model's config gives it (``VQAutoencoder``)
 

@@ -45,6 +45,24 @@ SCALE_DECAY = 0.9
 
 
 class StochasticQuantizer(Quantizer):
+    """SQ-VAE's Gaussian stochastic quantizer: a Gumbel-softmax mixture of codewords in training, the nearest code
+    in evaluation; the same layouts as ``WassersteinQuantizer``. Its ``reconstruction_loss`` (D_x / 2) log MSE
+    replaces the plain MSE, so train it through ``VQAutoencoder`` or call that method for the data term.
+
+    >>> sq = StochasticQuantizer(num_codes=512, dim=64)
+    >>> out = sq(torch.randn(32, 64, 8, 8)); out.loss.backward()
+
+    Args:
+        num_codes: K, the number of codewords.
+        dim: D, the latents' and codewords' dimension.
+        channel_last: latents are (B, *positions, D) instead of (B, D, *positions).
+        log_var_init: the start of s in sigma^2 = 1 + exp(s) (None: log 20, the authors' value off MNIST).
+        temperature_decay: the Gumbel-softmax temperature is exp(-temperature_decay * step).
+        min_temperature: the temperature's floor.
+        latent_scale: batch (divide by each batch's RMS; an EMA of it in evaluation), data (a gain fixed on the
+            first batch) or none (sony/sqvae exactly).
+    """
+
     kind = "stochastic"
     config_class = StochasticConfig
 
@@ -112,6 +130,7 @@ class StochasticQuantizer(Quantizer):
 
     @property
     def variance(self) -> torch.Tensor:
+        """sigma^2 = 1 + exp(s), the posterior's variance in the quantizer's unit-scale coordinates."""
         return 1.0 + self.log_var.exp()
 
     def _temperature(self) -> torch.Tensor:
@@ -121,6 +140,7 @@ class StochasticQuantizer(Quantizer):
 
     @property
     def temperature(self) -> float:
+        """The Gumbel-softmax temperature at the current step (a host read)."""
         return float(self._temperature())
 
     def reconstruction_loss(self, x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -40,6 +40,28 @@ def _draw(n: int, k: int, device) -> torch.Tensor:
 
 
 class VectorQuantizer(Quantizer):
+    """VQ-VAE's nearest-code quantizer, and with three options the field's VQ; the same layouts as
+    ``WassersteinQuantizer`` (channel-first (B, D, *positions), or ``channel_last=True``).
+
+    >>> vq = VectorQuantizer(num_codes=512, dim=64)                                   # VQ-VAE, the paper's baseline
+    >>> field = VectorQuantizer(num_codes=512, dim=64, ema=True, init="kmeans", dead_code_threshold=2)
+    >>> out = field(torch.randn(32, 64, 8, 8)); out.loss.backward()
+
+    Args:
+        num_codes: K, the number of codewords.
+        dim: D, the latents' and codewords' dimension.
+        channel_last: latents are (B, *positions, D) instead of (B, D, *positions).
+        beta: the commitment's weight.
+        legacy_beta: beta on the codebook term instead, as the authors' code and taming's VQGAN.
+        ema: move the codewords by exponential moving averages instead of the codebook loss.
+        decay: the EMA's decay.
+        ema_epsilon: Laplace smoothing of the EMA counts.
+        init: the codebook's start: normal (N(0, 1)), kmeans (of the first training batch) or uniform (-1/K, 1/K).
+        kmeans_iters: Lloyd iterations of the k-means start.
+        dead_code_threshold: with ema, a code whose EMA count falls below this is replaced by a latent of the batch.
+        rotation_trick: rotate the decoder's gradient onto the latent instead of copying it (Fifty et al. 2025).
+    """
+
     kind = "vector"
     config_class = VectorConfig
 
@@ -59,6 +81,7 @@ class VectorQuantizer(Quantizer):
 
     @property
     def codebook(self) -> torch.Tensor:
+        """The codewords (K, D)."""
         return self.embedding
 
     @torch.no_grad()

@@ -51,21 +51,24 @@ class WassersteinQuantizer(WassersteinBase):
     >>> out = q(torch.randn(32, 64, 8, 8)); out.loss.backward()
     >>> q = WassersteinQuantizer(num_codes=512, dim=64, num_positions=64)    # the paper: one pi per position
 
-    Options (``WassersteinConfig``):
+    Args:
+        num_codes: K, the number of codewords.
+        dim: D, the latents' and codewords' dimension.
+        channel_last: latents are (B, *positions, D) instead of (B, D, *positions); None: channel-first, and an
+            ambiguous shape (D features on both the second and the last axis) is refused.
+        num_positions: M for one pi per latent position (the paper); None: one pi shared by any number of positions.
+        ws_weight: lambda, the WS term's weight.
+        kl_weight: lambda_r, the weight of KL(pi || uniform); None: 0.01 with a shared pi, 1 with one per position.
+        pi_init: pi's start: uniform, or peaked / gaussian (bumps at K / 2; the controllability experiment).
+        learn_pi: learn pi; False keeps the start (or what ``set_pi`` gives), and usage then follows it. Pi's logits
+            are a parameter: pass ``q.parameters()`` to the optimizer, or pi stays where it started (a warning
+            says so after 50 training calls).
+        pull: the scale of the WS gradient on the latents (None: from the latents per code of each step).
+        quantize: nearest (the nearest code), or transport (the code of the transport map: usage follows pi).
+        codebook_decay: the EMA decay of the transported counts and sums that place the codes.
+        split_unused: codes nearest to fewer than this share of pi_k split the worst cells (sequences with crowds).
 
-    - num_codes: K, the number of codewords.
-    - dim: D, the latents' and codewords' dimension.
-    - channel_last: latents are (B, *positions, D) instead of (B, D, *positions).
-    - num_positions: M for one pi per latent position (the paper); None: one pi shared by any number of positions.
-    - ws_weight: lambda, the WS term's weight.
-    - kl_weight: lambda_r, the weight of KL(pi || uniform); None: 0.01 with a shared pi, 1 with one per position.
-    - pi_init: pi's start: uniform, or peaked / gaussian (bumps at K / 2; the controllability experiment).
-    - learn_pi: learn pi; False keeps the start (or what ``set_pi`` gives), and usage then follows it.
-    - pull: the scale of the WS gradient on the latents (None: from the latents per code of each step).
-    - quantize: nearest (the nearest code), or transport (the code of the transport map: usage follows pi).
-    - codebook_decay: the EMA decay of the transported counts and sums that place the codes.
-    - split_unused: codes nearest to fewer than this share of pi_k split the worst cells (sequences with crowds).
-
+    The first training batches draw the codebook from the latents (K of them); ``set_codebook`` sets it instead.
     Runtime settings, not saved with the model: ``set_runtime(graph_update=..., compile_update=...,
     chunk_entries=...)`` (``vqwae.fused``).
     """

@@ -69,6 +69,7 @@ class WassersteinBase(Quantizer):
 
     @property
     def codebook(self) -> torch.Tensor:
+        """The codewords (K, D)."""
         return self.embedding
 
     def set_runtime(self, *, graph_update: bool | None = None, compile_update: bool | None = None,

@@ -21,12 +21,8 @@ Resolution order (later wins): the defaults, a ``--preset``, a ``--config`` file
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 from vqwae.data.options import DataOptions
 from vqwae.models.network_options import NetworkConfig, NetworkOptions
@@ -39,6 +35,7 @@ from vqwae.quantizers.vector_options import VectorConfig, VectorOptions
 from vqwae.ot.catalog import authors_dual_epsilon
 from vqwae.quantizers.wasserstein_options import RETIRED, VQWAEOptions
 from vqwae.training.adversarial_options import AdversarialOptions
+from vqwae.training.config_file import flatten_paths, load_config_file
 
 MODELS = ("vqwae", "vqvae", "sqvae")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -101,6 +98,9 @@ FIXES = {
 
 @dataclass(frozen=True)
 class QuantizerOptions(CodebookShape):
+    """The ``quantizer`` section: the codebook's shape, then each method's own options (only the trained
+    ``model``'s are read)."""
+
     shared_pi: bool = option(True, "vqwae: one pi for all positions (the authors' 'global' variant, the drop-in "
                              "quantizer's default); --per-position-pi: one pi per latent position (the paper's, "
                              "--preset paper; docs/lab/30-39.md#train-shared-pi)", negative="per-position-pi")
@@ -111,6 +111,9 @@ class QuantizerOptions(CodebookShape):
 
 @dataclass(frozen=True)
 class OptimOptions:
+    """The ``optim`` section: how long and how fast a run trains (Adam, the learning rate halved on a plateau of
+    the validation MSE)."""
+
     epochs: int = option(100, "training epochs", min=1, role=SCHEDULE)
     batch_size: int = option(32, "images per step and process (the global batch under DDP is world_size times this)",
                              min=1)
@@ -128,6 +131,8 @@ class OptimOptions:
 
 @dataclass(frozen=True)
 class RunOptions:
+    """The ``run`` section: where a run writes, its seed, device, precision and logging."""
+
     out: str = option("runs/run", "the run folder (RUN_DIR)", role=WHERE)
     seed: int = option(0, "random seed (initialisation, batch order, splits)")
     device: str = option("auto", "auto (CUDA when present) | cpu | cuda | cuda:N", role=WHERE)
@@ -156,6 +161,26 @@ class RunOptions:
 
 @dataclass(frozen=True)
 class TrainConfig:
+    """Everything a training run is built from: the method and six groups of options, each option declared once
+    (``vqwae.options.option``) with its default and help. The command line's flags (``vqwae train --help``), a
+    config file's keys and the run folder's ``config.json`` all derive from it; every option, with its flag and
+    default, is listed on the options reference page.
+
+    >>> cfg = TrainConfig.resolve(preset="paper", dataset="cifar10", epochs=2)     # flat names, as the flags
+    >>> cfg.optim.lr, cfg.quantizer.vqwae.ws_weight
+    (0.001, 0.001)
+    >>> cfg = TrainConfig.resolve(config_file="config.yaml", seed=1)    # a file's keys (nested or flat), then flags
+
+    Args:
+        model: the method: vqwae, vqvae or sqvae.
+        quantizer: the codebook's shape and each method's options.
+        network: the encoder and decoder.
+        gan: VQGAN's adversarial and perceptual losses.
+        optim: epochs, batch size, learning rate and its schedule.
+        data: the dataset, its folder and splits.
+        run: the run folder, seed, device, precision and logging.
+    """
+
     model: str = option("vqwae", "the method", choices=MODELS)
     quantizer: QuantizerOptions = section(QuantizerOptions)
     network: NetworkOptions = section(NetworkOptions)
@@ -244,7 +269,7 @@ class TrainConfig:
             if flat.get("model", "vqwae") == "vqwae":
                 flat = {**_FORMAT_1_IMPLICIT["wasserstein"], **flat}
         elif version in (2, FORMAT_VERSION):
-            flat = _flatten_paths({k: v for k, v in values.items() if k != "format_version"})
+            flat = flatten_paths({k: v for k, v in values.items() if k != "format_version"})
         elif isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
             raise ValueError(f"config.json has format_version {version}; this vqwae reads 1 to {FORMAT_VERSION} "
                              "(a newer vqwae wrote it?)")
@@ -258,6 +283,7 @@ class TrainConfig:
         return {"format_version": FORMAT_VERSION, **to_nested(self)}
 
     def to_flat(self) -> dict:
+        """Every option by its flat name (the command line's flag without dashes)."""
         return to_flat(self)
 
     def replace(self, **changes) -> "TrainConfig":
@@ -317,38 +343,6 @@ def _without_retired(flat: dict) -> dict:
     return out
 
 
-def _flatten_paths(nested: dict, prefix: str = "") -> dict:
-    """{"a": {"b": 1}} -> {"a.b": 1}."""
-    out = {}
-    for k, v in nested.items():
-        if isinstance(v, dict):
-            out.update(_flatten_paths(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def _unique_keys(pairs: list) -> dict:
-    """A JSON object whose keys are all distinct (a repeated key is an error, not a silent last-one-wins)."""
-    repeated = sorted(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
-    if repeated:
-        raise ValueError(f"repeated keys {repeated}")
-    return dict(pairs)
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a mapping that repeats a key (PyYAML keeps the last one silently)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"repeated key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
 def _preset_in_file(values: dict, config_file) -> str | None:
     """Take the preset out of a config file's values (flat ``preset`` or nested ``run: {preset}``, not both)."""
     given = [values.pop(key) for key in ("preset", "run.preset") if key in values]
@@ -375,23 +369,3 @@ def _check_given_apply(cfg: "TrainConfig", given: list[str], preset: str | None)
         if owner is not None and owner != cfg.model:
             flag = leaf.flat.replace("_", "-")
             raise ValueError(f"--{flag} is an option of --model {owner}, but this run trains --model {cfg.model}")
-
-
-def load_config_file(path: str | Path) -> dict:
-    """A YAML or JSON file of options: flat names (``ws_weight: 1e-3``) and / or nested sections
-    (``quantizer: {vqwae: {ws_weight: 1e-3}}``), returned as {flat name or dotted path: value}."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"config file {p} not found")
-    text = p.read_text()
-    try:
-        if p.suffix == ".json":
-            data = json.loads(text, object_pairs_hook=_unique_keys)
-        else:
-            data = yaml.load(text, _UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
-    except (json.JSONDecodeError, yaml.YAMLError, ValueError) as e:
-        raise ValueError(f"config file {p} could not be parsed: {' '.join(str(e).split())}") from e  # one line
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {p} must hold a mapping of option names to values")
-    data.pop("format_version", None)
-    return {k.replace("-", "_"): v for k, v in _flatten_paths(data).items()}
