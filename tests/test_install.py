@@ -101,3 +101,26 @@ def test_a_wheel_builds_requires_only_the_core_and_runs_the_readme_example(tmp_p
     r = _run_blocked(first + "\nimport vqwae\nprint('from', vqwae.__file__)\n", path=site)
     assert r.returncode == 0, r.stderr[-2000:]
     assert str(site) in r.stdout  # the wheel's package ran, not the checkout's
+
+
+def test_the_install_page_lists_each_extras_packages():
+    """docs/install.md's table names every package each extra of pyproject.toml brings (and the core's), so the page
+    cannot drift from what ``pip install`` does."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    rows = {}
+    for line in (REPO / "docs" / "install.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 3:
+            rows[cells[0].strip("`")] = cells[1].lower()
+    extras = {"(none)": project["dependencies"], **project["optional-dependencies"]}
+    for extra, requirements in extras.items():
+        if extra in ("test", "docs"):
+            continue
+        assert extra in rows, f"docs/install.md has no row for the extra {extra!r}"
+        for requirement in requirements:
+            name = re.split(r"[<>=\[ ;]", requirement, maxsplit=1)[0].lower()
+            wanted = re.search(r"\[(.*)\]", requirement).group(1).split(",") if name == "vqwae" else [name]
+            for word in wanted:
+                assert word.lower() in rows[extra], f"docs/install.md: the {extra!r} row does not name {word!r}"
