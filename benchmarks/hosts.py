@@ -207,6 +207,10 @@ class Peer(nn.Module):
         if kind == "fsq":
             self.q = vqp.FSQ(levels=list(FSQ_LEVELS[num_codes]), dim=dim)
             self.num_codes = self.q.codebook_size
+        elif kind == "simvq":  # its defaults: a frozen random codebook through a learned linear map, the rotation trick
+            self.q = vqp.SimVQ(dim=dim, codebook_size=num_codes)
+        elif kind == "lfq":  # log2 K bits, projections from and to dim, its default entropy loss (0.1)
+            self.q = vqp.LFQ(dim=dim, codebook_size=num_codes)
         elif kind == "rvq":
             self.q = vqp.ResidualVQ(num_quantizers=levels, rotation_trick=False, **{**vq, **overrides})
         else:
@@ -216,6 +220,9 @@ class Peer(nn.Module):
         if self.kind == "fsq":  # no parameters: the mask changes nothing
             q, idx = self.q(z)
             return q, idx, z.new_zeros(())
+        if self.kind == "simvq":  # takes no mask: padding takes part in its loss (the image hosts have none)
+            q, idx, loss = self.q(z)
+            return q, idx, loss.sum()
         q, idx, loss = tuple(self.q(z, mask=mask))[:3]
         return q, idx, loss.sum()
 
@@ -259,6 +266,8 @@ def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool
         "VQ kmeans+expiry+rotation": lambda **o: Peer("vq", k, d, **o),
         "VQ kmeans+expiry": lambda **o: Peer("vq-no-rotation", k, d, **o),
         "FSQ": lambda **o: Peer("fsq", k, d),
+        "SimVQ": lambda **o: Peer("simvq", k, d),  # the large-K peers (issue #67): not in the default list
+        "LFQ": lambda **o: Peer("lfq", k, d),
         "VQ-WAE": lambda **o: Ours(lambda: WassersteinQuantizer(num_codes=k, dim=d, channel_last=True, **o), k),
         "VQ-WAE per-position": lambda **o: Ours(lambda: WassersteinQuantizer(
             num_codes=k, dim=d, channel_last=True, num_positions=positions, **o), k),
@@ -374,7 +383,7 @@ def main():
     if sequence:  # a per-position pi needs every position in every row: no padding
         factories.pop("VQ-WAE per-position")
     names = ([n.strip() for n in args.models.split(",")] if args.models
-             else [n for n in factories if n not in ("vqwae VQ kmeans+expiry", "VQ-WAE pull 1")])
+             else [n for n in factories if n not in ("vqwae VQ kmeans+expiry", "VQ-WAE pull 1", "SimVQ", "LFQ")])
     for v in args.variant:
         label, _, settings = v.partition(":")
         base = "VQ-WAE per-position" if "per-position" in label else "VQ-WAE"
