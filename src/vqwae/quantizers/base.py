@@ -190,10 +190,7 @@ class Quantizer(nn.Module):
     def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
         """(B, *positions) long -> the codewords in the input's layout, equal to ``quantized`` at eval time (values
         and memory layout: a decoder then computes exactly what it computes in the forward pass)."""
-        if not isinstance(indices, torch.Tensor):
-            raise TypeError(f"indices must be an int64 tensor, got {type(indices).__name__} (torch.tensor(...) it)")
-        if indices.dtype != torch.long:
-            raise TypeError(f"indices must be int64, got {indices.dtype}")
+        check_index_tensor(indices)
         if indices.numel() and (indices.min() < 0 or indices.max() >= self.num_codes):
             raise ValueError(f"indices must lie in [0, {self.num_codes}), got [{int(indices.min())}, {int(indices.max())}]")
         latents = F.embedding(indices, self.codebook)  # (B, *positions, D)
@@ -249,6 +246,13 @@ def rotation_trick(z: torch.Tensor, z_q: torch.Tensor, eps: float = 1e-12) -> to
     r = r / r.norm(dim=-1, keepdim=True).clamp_min(eps)
     rotated = (q_norm / z_norm) * (z - 2 * r * (r * z).sum(-1, keepdim=True) + 2 * q_hat * (e_hat * z).sum(-1, keepdim=True))
     return q + (rotated - rotated.detach())
+
+
+def check_index_tensor(indices) -> None:
+    """Code indices must be an int64 tensor (a list, or another dtype, is refused in one line naming it)."""
+    if not isinstance(indices, torch.Tensor) or indices.dtype != torch.long:
+        got = indices.dtype if isinstance(indices, torch.Tensor) else type(indices).__name__
+        raise TypeError(f"indices must be an int64 tensor, got {got}")
 
 
 def refuse_meta(z) -> None:

@@ -39,7 +39,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from vqwae.quantizers.base import Quantizer, QuantizerOutput, scale_gradient
+from vqwae.quantizers.base import Quantizer, QuantizerOutput, check_index_tensor, scale_gradient
 
 
 #: The index of a level a call did not use (``num_levels=n``, dropout): the levels after the first n.
@@ -183,9 +183,7 @@ class ResidualQuantizer(nn.Module):
 
     def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
         """(B, *positions, L) indices (-1: level not used) -> the summed codewords in the levels' layout."""
-        if not isinstance(indices, torch.Tensor) or indices.dtype != torch.long:
-            got = indices.dtype if isinstance(indices, torch.Tensor) else type(indices).__name__
-            raise TypeError(f"indices must be an int64 tensor, got {got}")
+        check_index_tensor(indices)
         if indices.dim() < 2 or indices.shape[-1] != self.num_levels:
             raise ValueError(f"indices must end with a level axis of {self.num_levels}, got shape {tuple(indices.shape)}")
         error = residual_index_error(indices, self.num_codes) if indices.numel() else None

@@ -80,11 +80,12 @@ class WassersteinBase(Quantizer):
         if chunk_entries is not None:
             check_int(chunk_entries, "set_runtime: chunk_entries", minimum=1)
         for name, value in (("graph_update", graph_update), ("compile_update", compile_update)):
-            if value is not None and not isinstance(value, bool):
+            if value is None:
+                continue
+            if not isinstance(value, bool):
                 raise ValueError(f"set_runtime: {name} must be True or False, got {value!r}")
-            if value is not None:
-                setattr(self, name, value)
-                setattr(self.solver, name, value)
+            setattr(self, name, value)
+            setattr(self.solver, name, value)
         if chunk_entries is not None:
             self.solver.chunk_entries = chunk_entries
         return self
