@@ -12,7 +12,14 @@ difference by region on the same test images:
 * **blank positions**: code-grid positions whose 4x4 input patch (the network's factor) is all background; how many
   codes they get, the perplexity of those codes, the distance between them against the codebook's nearest-neighbour
   distance, the latents' spread there (mean distance to their centroid, against the norm of a typical latent), and
-  what the decoder makes of the blank positions (the background's standard deviation there).
+  what the decoder makes of the blank positions (the background's standard deviation there);
+* **interventions** (inference only, no training): the decoder's raw background (before the [0, 1] clip) when it
+  decodes (a) the codes as trained, (b) the encoder's continuous latents, no quantization, and (c) the codes with every
+  far-blank position given one code (the one those positions use most), (d) a constant field of the far-blank
+  latents' mean. If (c) cleans the background the speckle is the many blank codes each decoding to its own texture;
+  if (b) keeps it, the decoder paints it from any latents; (d) shows the texture the decoder makes of no variation at
+  all. And the decoder's last hidden layer (after its last ReLU) at background positions: the share of units on and
+  their pre-activations' mean; a layer wholly off leaves the output at the last convolution's bias, exactly flat.
 
     .venv/bin/python benchmarks/mnist_quality_gap.py --data-root ../shared/data \\
         --run "VQ-WAE (shipped)=runs/long/runs/mnist/vqwae-231af14db6" --run "VQ (k-means + expiry)=runs/long/runs/mnist/vqvae-XXXX" --tag long
@@ -91,7 +98,46 @@ def analyse(model, x: torch.Tensor) -> tuple[dict, torch.Tensor]:
             decoded_mean=float(patches[where].mean()), decoded_std=float(patches[where].std()),
             latent_spread=float((z[where] - z[where].mean(0)).norm(dim=1).mean()),
             latent_rms=float(z.pow(2).mean().sqrt() * z.shape[-1] ** 0.5))
+    out["interventions"] = interventions(model, x, codes, far)
     return out, x_hat
+
+
+@torch.no_grad()
+def interventions(model, x: torch.Tensor, codes: torch.Tensor, far: torch.Tensor) -> dict:
+    """The decoder's raw output on the background for three inputs (see the module docstring)."""
+    background = regions(x)["background"]
+    pad = (WINDOW - 1) // 2
+    valid = torch.zeros_like(background)
+    valid[..., pad:-pad, pad:-pad] = True
+    one = torch.bincount(codes[far], minlength=model.num_codes).argmax()
+    inputs = {"codes as trained": model.quantizer.indices_to_latents(codes),
+              "continuous latents (no quantization)": model.encoder(x),
+              "one code on every far-blank position": model.quantizer.indices_to_latents(
+                  torch.where(far, one, codes))}
+    z = model.encoder(x)
+    mean_blank = z.permute(0, 2, 3, 1)[far].mean(0)
+    constant = mean_blank.view(1, -1, 1, 1).expand_as(z[:1]).contiguous()
+    out = {}
+    for name, latents in inputs.items():
+        raw = model.decoder(latents)
+        clipped = raw.clamp(0, 1)
+        out[name] = dict(raw_std=float(raw[background].std()), raw_mean=float(raw[background].mean()),
+                         mse=float(((clipped - x) ** 2).mean()),
+                         background_ssim=float(ssim_map(clipped, x)[background & valid].mean()))
+    raw = model.decoder(constant)[0, 0, 4:-4, 4:-4]  # one image, away from its borders
+    out["a constant field of the far-blank latents' mean"] = dict(raw_std=float(raw.std()), raw_mean=float(raw.mean()))
+    relu = [m for m in model.decoder.modules() if isinstance(m, torch.nn.ReLU)][-1]
+    seen = {}
+    hook = relu.register_forward_hook(lambda _m, inp, o: seen.update(pre=inp[0], post=o))
+    model.decoder(inputs["codes as trained"])
+    hook.remove()
+    factor = x.shape[-1] // seen["pre"].shape[-1]
+    only_background = (F.max_pool2d((~background).float(), factor) == 0).squeeze(1)  # (B, h', w')
+    pre, post = (seen[k].permute(0, 2, 3, 1)[only_background] for k in ("pre", "post"))
+    out["last hidden layer at background positions"] = dict(
+        units_on=float((post > 0).float().mean()), pre_activation_mean=float(pre.mean()),
+        pre_activation_std=float(pre.std()))
+    return out
 
 
 def main():
