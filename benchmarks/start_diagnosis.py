@@ -3,11 +3,12 @@ codebook's, and how many codes the latents' nearest-code assignment reaches, at 
 step, as the trainer builds the model) and in trained run folders.
 
     .venv/bin/python benchmarks/start_diagnosis.py --data-root ../shared/data                # every report row at init
-    .venv/bin/python benchmarks/start_diagnosis.py --data-root ../shared/data --runs runs/long/runs/*/*   # trained
+    .venv/bin/python benchmarks/start_diagnosis.py --data-root ../shared/data --runs RUN_DIR ...   # trained runs
 
 For each configuration: the latents' RMS (per element), the codewords' RMS, their ratio, the distance from the
 latents' mean to its nearest codeword against the codebook's spread, and the codes used and perplexity of the
-nearest-code assignment of 1,024 training images' latents (64 positions each). A data or k-means start replaces the
+nearest-code assignment of 1,024 training images' latents (64 positions each), with the mean RMS of the codes it
+reaches and of those it does not. A data or k-means start replaces the
 codebook on the first training batch: those rows are measured as the trainer starts them, after that batch.
 Writes benchmarks/results/start_diagnosis[_runs].json.
 """
@@ -42,11 +43,15 @@ def latent_statistics(model, images: torch.Tensor) -> dict:
     p = counts[counts > 0] / counts.sum()
     centre = flat.mean(0)
     z_rms, c_rms = float(flat.pow(2).mean().sqrt()), float(codes.pow(2).mean().sqrt())
+    used = counts > 0
+    rms = codes.pow(2).mean(1).sqrt()  # each codeword's RMS: do the codes no latent reaches sit elsewhere?
     return dict(latent_rms=z_rms, codebook_rms=c_rms, codebook_over_latent=c_rms / max(z_rms, 1e-30),
                 latent_spread=float((flat - centre).pow(2).sum(1).mean().sqrt()),
                 codebook_spread=float((codes - codes.mean(0)).pow(2).sum(1).mean().sqrt()),
                 centre_to_nearest_code=float(torch.cdist(centre[None], codes).min()),
-                codes_used=int((counts > 0).sum()), perplexity=float(torch.exp(-(p * p.log()).sum())),
+                codes_used=int(used.sum()), perplexity=float(torch.exp(-(p * p.log()).sum())),
+                used_codes_rms=float(rms[used].mean()),
+                unused_codes_rms=float(rms[~used].mean()) if (~used).any() else None,
                 num_codes=q.num_codes, latents=int(flat.shape[0]))
 
 
