@@ -136,6 +136,9 @@ def blank_bound(x: torch.Tensor, mask: torch.Tensor, num_codes: int) -> dict:
     return dict(blank_share=blank, perplexity_bound_one_blank_code=math.exp(entropy))
 
 
+HOSTS = ("paper", "default-init", "groupnorm", "sequence", "residual")
+
+
 def build_host(host: str, channels: int) -> nn.Module:
     if host in ("paper", "default-init", "residual"):
         enc, dec = build_networks(NetworkConfig(in_channels=channels))  # N(0, 0.02), as vqwae ships it
@@ -148,5 +151,3 @@ def build_host(host: str, channels: int) -> nn.Module:
         return SequenceHost(channels)
     raise SystemExit(f"error: unknown host {host!r}; known: {', '.join(HOSTS)}")
 
-
-HOSTS = ("paper", "default-init", "groupnorm", "sequence", "residual")

@@ -63,9 +63,7 @@ def ssim_map(x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 def analyse(model, x: torch.Tensor) -> tuple[dict, torch.Tensor]:
     x_hat = model(x)[0].clamp(0, 1)
     codes = model.encode(x)  # (B, h, w)
-    pad = (WINDOW - 1) // 2
-    valid = torch.zeros_like(x, dtype=torch.bool)
-    valid[..., pad:-pad, pad:-pad] = True
+    valid = valid_windows(x)
     sq = (x_hat - x) ** 2
     smap = ssim_map(x_hat, x)
     out = dict(mse=float(sq.mean()), ssim=float(smap[valid].mean()))
@@ -98,25 +96,39 @@ def analyse(model, x: torch.Tensor) -> tuple[dict, torch.Tensor]:
             decoded_mean=float(patches[where].mean()), decoded_std=float(patches[where].std()),
             latent_spread=float((z[where] - z[where].mean(0)).norm(dim=1).mean()),
             latent_rms=float(z.pow(2).mean().sqrt() * z.shape[-1] ** 0.5))
-    out["interventions"] = interventions(model, x, codes, far)
+    out["interventions"] = interventions(model, x, z.float(), codes, far)
     return out, x_hat
 
 
-@torch.no_grad()
-def interventions(model, x: torch.Tensor, codes: torch.Tensor, far: torch.Tensor) -> dict:
-    """The decoder's raw output on the background for three inputs (see the module docstring)."""
-    background = regions(x)["background"]
+def valid_windows(x: torch.Tensor) -> torch.Tensor:
+    """The pixels whose 11x11 SSIM window lies inside the image (the valid region of vqwae's SSIM)."""
     pad = (WINDOW - 1) // 2
-    valid = torch.zeros_like(background)
+    valid = torch.zeros_like(x, dtype=torch.bool)
     valid[..., pad:-pad, pad:-pad] = True
+    return valid
+
+
+@torch.no_grad()
+def interventions(model, x: torch.Tensor, z: torch.Tensor, codes: torch.Tensor, far: torch.Tensor) -> dict:
+    """The decoder's raw output on the background for the four inputs of the module docstring, and its last hidden
+    layer there; ``z``: the encoder's latents (B, h, w, D)."""
+    background = regions(x)["background"]
+    valid = valid_windows(x)
     one = torch.bincount(codes[far], minlength=model.num_codes).argmax()
+    z = z.permute(0, 3, 1, 2)  # the encoder's layout (B, D, h, w)
     inputs = {"codes as trained": model.quantizer.indices_to_latents(codes),
-              "continuous latents (no quantization)": model.encoder(x),
+              "continuous latents (no quantization)": z,
               "one code on every far-blank position": model.quantizer.indices_to_latents(
                   torch.where(far, one, codes))}
-    z = model.encoder(x)
-    mean_blank = z.permute(0, 2, 3, 1)[far].mean(0)
-    constant = mean_blank.view(1, -1, 1, 1).expand_as(z[:1]).contiguous()
+    constant = z.permute(0, 2, 3, 1)[far].mean(0).view(1, -1, 1, 1).expand_as(z[:1]).contiguous()
+    relu = [m for m in model.decoder.modules() if isinstance(m, torch.nn.ReLU)][-1]
+    seen = {}  # the last ReLU's input and output, kept from the first decode (the codes as trained)
+
+    def keep_first(_module, inp, output) -> None:
+        if not seen:
+            seen.update(pre=inp[0], post=output)
+
+    hook = relu.register_forward_hook(keep_first)
     out = {}
     for name, latents in inputs.items():
         raw = model.decoder(latents)
@@ -125,12 +137,8 @@ def interventions(model, x: torch.Tensor, codes: torch.Tensor, far: torch.Tensor
                          mse=float(((clipped - x) ** 2).mean()),
                          background_ssim=float(ssim_map(clipped, x)[background & valid].mean()))
     raw = model.decoder(constant)[0, 0, 4:-4, 4:-4]  # one image, away from its borders
-    out["a constant field of the far-blank latents' mean"] = dict(raw_std=float(raw.std()), raw_mean=float(raw.mean()))
-    relu = [m for m in model.decoder.modules() if isinstance(m, torch.nn.ReLU)][-1]
-    seen = {}
-    hook = relu.register_forward_hook(lambda _m, inp, o: seen.update(pre=inp[0], post=o))
-    model.decoder(inputs["codes as trained"])
     hook.remove()
+    out["a constant field of the far-blank latents' mean"] = dict(raw_std=float(raw.std()), raw_mean=float(raw.mean()))
     factor = x.shape[-1] // seen["pre"].shape[-1]
     only_background = (F.max_pool2d((~background).float(), factor) == 0).squeeze(1)  # (B, h', w')
     pre, post = (seen[k].permute(0, 2, 3, 1)[only_background] for k in ("pre", "post"))
