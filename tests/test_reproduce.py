@@ -68,6 +68,8 @@ def test_smoke_runs_every_experiment_and_writes_the_report(smoke):
     assert "recon_images_digits.png" in recon  # the same test images, then each row's reconstructions
     curves = md[md.index("## Learning curves"):md.index("## Codebook size")]
     assert "learning_curves_digits.png" in curves and "| digits | VQ-WAE (paper) |" in curves
+    # VQ-VAE's measured cause is given where its row ends far from the paper, and nowhere else
+    assert ("Why VQ-VAE stays far" in curves) == ("VQ-VAE on digits (" in curves)
     sizes = md[md.index("## Codebook size"):md.index("## Initialisation of pi")]
     assert "VQ-WAE (`paper-fast`)" in sizes and "paper-fast" in sizes.splitlines()[2]  # named where it runs
     # every record says what it ran with, and names no path of this machine
@@ -324,3 +326,12 @@ def test_the_shipped_row_is_also_checked_against_the_fields_vq_alone():
     summary = claims_summary([Section("S", "", [], [], claims=shipped)],
                              {"shipped": "shipped", FIELD_COLUMN: "against the field"})
     assert summary.rows == [["S: lowest MSE", "DOES NOT HOLD", "holds"]]
+
+
+def test_a_far_row_says_whether_it_is_still_climbing():
+    from vqwae.reproduce.curves import _trend
+
+    rising = [{"step": 625, "val/perplexity": 40.0}, {"step": 1250, "val/perplexity": 55.0}]
+    flat = [{"step": 625, "val/perplexity": 2.4}, {"step": 1250, "val/perplexity": 2.4}]
+    assert _trend(rising) == " (still rising: val ppl 40 at step 625, 55 at step 1,250)"
+    assert _trend(flat).startswith(" (flat:") and _trend(rising[:1]) == ""

@@ -38,6 +38,23 @@ def reconstructions_figure(d: str, results, path: Path, data_root: str | None) -
                                title=f"{d}: the first {n} test images and their reconstructions")
 
 
+VQVAE_CAUSE = ("Why VQ-VAE stays far (measured on its `long` runs after 10,000 steps): its latents grew about 900x (RMS "
+               "0.61 on MNIST, 0.40 on CIFAR-10) but its codebook is still the N(0, 1) draw (RMS 1.00) of which only "
+               "2 (MNIST) and 7 (CIFAR-10) codes are any latent's nearest; the codes no latent chose at the first step "
+               "never receive a gradient (docs/lab/48-.md#issue-64-long).")
+
+
+def _trend(history) -> str:
+    """Whether a row's validation perplexity was still rising over its last two epochs, in its own numbers: a row
+    far from the paper that is still climbing is a budget question, one that has stopped is a mechanism's."""
+    ppl = [(h["step"], h["val/perplexity"]) for h in history if h.get("val/perplexity") is not None]
+    if len(ppl) < 2:
+        return ""
+    (s0, p0), (s1, p1) = ppl[-2], ppl[-1]
+    state = "still rising" if p1 > 1.02 * p0 else "flat"
+    return f" ({state}: val ppl {fmt(p0)} at step {s0:,}, {fmt(p1)} at step {s1:,})"
+
+
 def curves(datasets, results, b: Budget, out: Path, **_) -> Section:
     """Where each reconstruction row is heading: validation MSE and perplexity after every epoch, against steps, with
     the paper's values and the authors' logged values as marks; a row ending under half the paper's perplexity is
@@ -62,7 +79,7 @@ def curves(datasets, results, b: Budget, out: Path, **_) -> Section:
                          f"{fmt(logged.get('mse'))} / {fmt(logged.get('perplexity'))}" if logged else "—"])
             if paper is not None and _get(results, s, "perplexity") is not None and \
                     _get(results, s, "perplexity") < paper / 2:
-                far.append(f"{NAMES[m]} on {d}")
+                far.append((m, f"{NAMES[m]} on {d}{_trend(history)}"))
         for key in ("vqvae", "sqvae", "vqwae"):
             value = P.RECON["values"].get((d, key), {}).get("perplexity")
             if value is not None:
@@ -79,18 +96,16 @@ def curves(datasets, results, b: Budget, out: Path, **_) -> Section:
              "the paper's perplexity (Table 1) and the authors' logged test MSE and perplexity "
              "(../shared/notes/official-implementation.md)."]
     if far:
-        notes.append("Ending under half the paper's perplexity: " + ", ".join(far) + ".")
+        notes.append("Ending under half the paper's perplexity: " + "; ".join(f for _, f in far) + ".")
     notes.append("Why VQ-VAE and the paper's VQ-WAE start at perplexity 1 (measured at initialisation, seed 0, 65,536 "
                  "latents of 1,024 training images): the paper's N(0, 1) codebook sits 1,471x (MNIST) and 450x "
                  "(CIFAR-10) further out than the first latents of its unnormalised encoder, so every latent's nearest "
                  "code is the same one. VQ-VAE's codebook loss moves that code alone; the paper's exact OT spreads the "
                  "latents over every code, and its perplexity climbs as the codes come in. The rows that start from "
                  "the data (the field's VQ, the shipped VQ-WAE) reach 512 codes at the first step "
-                 "(docs/lab/48-.md#vqgan-start). Why VQ-VAE stays there (measured on its `long` runs after 10,000 "
-                 "steps): its latents grew about 900x (RMS 0.61 on MNIST, 0.40 on CIFAR-10) but its codebook is still "
-                 "the N(0, 1) draw (RMS 1.00) of which only 2 (MNIST) and 7 (CIFAR-10) codes are any latent's "
-                 "nearest; the codes no latent chose at the first step never receive a gradient "
-                 "(docs/lab/48-.md#issue-64-long).")
+                 "(docs/lab/48-.md#vqgan-start).")
+    if any(m == "vqvae" for m, _ in far):
+        notes.append(VQVAE_CAUSE)
     return Section("Learning curves", "Table 1's rows during training (the paper shows none)",
                    ["dataset", "model", "val MSE @2,500", "val ppl @2,500", "steps", "val MSE", "val ppl",
                     "test MSE", "test ppl", "paper ppl", "authors' log MSE / ppl"], rows, figures=figures, notes=notes)
