@@ -23,7 +23,7 @@ from vqwae.metrics.fid import (
 )
 from vqwae.metrics.image import prepare_images, psnr, psnr_per_image, ssim_per_image
 from vqwae.metrics.lpips import LPIPS_ENV, load_lpips
-from tests.test_metrics_fid import _eig_frechet, _inception
+from tests.helpers import eig_frechet, inception
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -263,13 +263,13 @@ def test_evaluate_rfid_uses_stats_cache(tmp_path):
     with torch.no_grad():
         rec = torch.cat([model(b)[0] for b, _ in loader]).clamp(0, 1)
     # (FID is a difference of traces ~1e3 times larger: methods agree to ~1e-9 of those, not of FID)
-    assert r1["rfid"] == pytest.approx(_eig_frechet(*feature_statistics(feats(data)), *feature_statistics(feats(rec))), rel=1e-4)
+    assert r1["rfid"] == pytest.approx(eig_frechet(*feature_statistics(feats(data)), *feature_statistics(feats(rec))), rel=1e-4)
 
 
 def test_evaluate_with_real_networks(shared_weights):
     lp, why = load_lpips(_lpips_dir(shared_weights), download=False)
     assert lp is not None, why
-    inc = _inception(shared_weights)
+    inc = inception(shared_weights)
     model = _NoisyIdentity(noise=0.05)
     data, loader = _loader(3, 2)
     res = evaluate_reconstructions(model, loader, num_codes=16, device="cpu", lpips_net=lp, inception=inc, progress=False)

@@ -19,7 +19,6 @@ from vqwae.metrics import fid as fidmod
 from vqwae.metrics.fid_cache import FIDStatsCache, StatsKey, dataset_fingerprint
 from vqwae.metrics.fid import (
     INCEPTION_FILENAME,
-    InceptionFeatures,
     feature_statistics,
     fid_from_features,
     frechet_distance,
@@ -29,33 +28,12 @@ from vqwae.metrics.fid import (
     resize_bilinear_tf1,
 )
 
+from tests.helpers import eig_frechet, inception
+
 HAS_TORCH_FIDELITY = importlib.util.find_spec("torch_fidelity") is not None
 
 
-# -- helpers (test_metrics.py's evaluation tests use them too) ---------------------------------------
-
-
-_INCEPTION_CACHE: dict = {}
-
-
-def _inception(shared_weights: Path) -> InceptionFeatures:
-    f = shared_weights / "inception" / INCEPTION_FILENAME
-    if not f.is_file():
-        pytest.skip(f"Inception weights not found at {f}")
-    if "net" not in _INCEPTION_CACHE:  # load once per test session (~0.5 s, 87 MB)
-        net, why = load_inception(f, batch_size=8)
-        assert net is not None, why
-        _INCEPTION_CACHE["net"] = net
-    return _INCEPTION_CACHE["net"]
-
-def _eig_frechet(mu1, s1, mu2, s2) -> float:
-    """Independent Frechet distance: tr (S1 S2)^(1/2) = sum sqrt(eig(S1^(1/2) S2 S1^(1/2))), via eigh."""
-    w, v = np.linalg.eigh(s1)
-    r1 = (v * np.sqrt(np.clip(w, 0, None))) @ v.T
-    ev = np.linalg.eigvalsh(r1 @ s2 @ r1)
-    return float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.sqrt(np.clip(ev, 0, None)).sum())
-
-
+# -- helpers --------------------------------------------------------------------------------------
 def _gram_frechet(f1: np.ndarray, f2: np.ndarray) -> float:
     """Independent low-sample Frechet distance: eigenvalues of (A1 A2^T)(A1 A2^T)^T via np.linalg.eigvals."""
     a1, a2 = f1 - f1.mean(0), f2 - f2.mean(0)
@@ -114,7 +92,7 @@ def test_frechet_distance_matches_independent_formula():
         mu1, s1 = feature_statistics(f1)
         mu2, s2 = feature_statistics(f2)
         ours = frechet_distance(mu1, s1, mu2, s2)
-        assert ours == pytest.approx(_eig_frechet(mu1, s1, mu2, s2), rel=1e-6)
+        assert ours == pytest.approx(eig_frechet(mu1, s1, mu2, s2), rel=1e-6)
         assert ours == pytest.approx(fid_from_features(f1, f2), rel=1e-6)
         assert frechet_distance(mu1, s1, mu1, s1) == pytest.approx(0.0, abs=1e-4)
     # the sample-space path (N < D) against the sqrtm path on the same features
@@ -134,7 +112,7 @@ def test_frechet_distance_tiny_imaginary_parts_are_dropped():
 
 # -- Inception features -------------------------------------------------------------------------
 def test_inception_features_and_fid(shared_weights):
-    inc = _inception(shared_weights)
+    inc = inception(shared_weights)
     x = torch.rand(3, 3, 32, 32)
     y = (x + 0.15 * torch.randn_like(x)).clamp(0, 1)
     fx, fy = inc(torch.cat([x, y])).split(3)
@@ -149,7 +127,7 @@ def test_inception_features_and_fid(shared_weights):
 
 
 def test_inception_weight_resolution(shared_weights, tmp_path, monkeypatch):
-    _inception(shared_weights)  # skips without the file
+    inception(shared_weights)  # skips without the file
     monkeypatch.delenv(fidmod.INCEPTION_ENV, raising=False)
     net, why = load_inception(tmp_path / "missing.pt", download=False)
     assert net is None and INCEPTION_FILENAME in why
@@ -201,7 +179,7 @@ def test_inception_matches_torch_fidelity(shared_weights):
     # torch-fidelity's own weights are a download (not possible offline); its architecture is loaded
     # with the TorchScript file's weights instead, which the shared README says match it to 1e-6.
     # This checks our whole preprocessing (rounding, grey->RGB, TF1 resize, scaling) against theirs.
-    inc = _inception(shared_weights)
+    inc = inception(shared_weights)
     tf_net = _torch_fidelity_from_torchscript(inc.module)
     x = torch.rand(1, 3, 32, 32)
     g = torch.rand(1, 1, 28, 28)

@@ -5,6 +5,8 @@ import torch
 from vqwae.quantizers import (PaperWassersteinQuantizer, QuantizerOutput, StochasticQuantizer, VectorQuantizer,
                               WassersteinQuantizer)
 
+from tests.helpers import DIM, mixture, train_codebook_only
+
 ALL = [
     lambda: PaperWassersteinQuantizer(num_codes=32, dim=8, num_positions=16, solver="exact"),
     lambda: PaperWassersteinQuantizer(num_codes=32, dim=8, num_positions=16, solver="sinkhorn"),
@@ -126,32 +128,8 @@ def test_stochastic_quantizer_temperature_and_eval_argmax():
 # from the OT cells and usage follows pi less closely (correlation 0.42 in 2-D, clusters std 0.6 at distance
 # 8, Laplace pi of scale K/16); in 2-D plain VQ leaves no code dead, collapse needs higher dimension.
 
-DIM = 8
 # The paper's mechanism: an N(0, 1) codebook learned by gradient steps on the WS term (PaperWassersteinQuantizer).
 PAPER_CODEBOOK = dict(codebook_init="normal")
-
-
-def mixture(n, gen):
-    centres = torch.randn(5, DIM, generator=torch.Generator().manual_seed(1)) + 3.0
-    comp = torch.randint(0, 5, (n,), generator=gen)
-    return centres[comp] + torch.randn(n, DIM, generator=gen)
-
-
-def train_codebook_only(q, steps=400, batch=256, lr=0.05):
-    torch.manual_seed(0)
-    gen = torch.Generator().manual_seed(0)
-    params = [p for p in q.parameters() if p.requires_grad]  # none for EMA codebooks with a fixed pi
-    opt = torch.optim.Adam(params, lr=lr) if params else None
-    for _ in range(steps):
-        out = q(mixture(batch, gen).view(batch, DIM, 1, 1))
-        if opt:
-            opt.zero_grad()
-            out.loss.backward()
-            opt.step()
-    q.eval()
-    with torch.no_grad():
-        idx = q(mixture(20000, gen).view(-1, DIM, 1, 1)).indices.reshape(-1)
-    return torch.bincount(idx, minlength=q.num_codes).float()
 
 
 def perplexity(usage):

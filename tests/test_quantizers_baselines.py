@@ -3,7 +3,7 @@ VQ (VectorQuantizer with the k-means start, dead-code expiry and the rotation tr
 import pytest
 import torch
 
-from tests.test_quantizers import DIM, train_codebook_only
+from tests.helpers import DIM, NoHostSync, train_codebook_only
 from vqwae.quantizers import StochasticQuantizer, VectorQuantizer
 
 # ---- SQ-VAE: the latent scale its posterior assumes --------------------------------------------------
@@ -84,14 +84,12 @@ def test_stochastic_batch_scale_evaluates_with_the_running_rms():
 
 @pytest.mark.parametrize("latent_scale", ["data", "batch"])
 def test_stochastic_training_step_never_syncs_with_the_host(monkeypatch, latent_scale):
-    from .test_solver_speed_properties import _NoHostSync
-
     # The input check is an asynchronous device assert off the CPU (check_finite); on the CPU it reads.
     monkeypatch.setattr(StochasticQuantizer, "check_finite", staticmethod(lambda z: None))
     q = StochasticQuantizer(num_codes=16, dim=8, latent_scale=latent_scale).train()
     q(torch.randn(4, 8, 2, 2))  # "data": the first batch sets the gain (one host read)
     z = torch.randn(4, 8, 2, 2, requires_grad=True)
-    with _NoHostSync():
+    with NoHostSync():
         out = q(z)
         out.loss.backward()
     assert z.grad is not None and q.embedding.grad is not None and q.log_var.grad is not None

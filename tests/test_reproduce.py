@@ -331,7 +331,7 @@ def test_the_shipped_row_is_also_checked_against_the_fields_vq_alone():
 def test_a_far_row_says_whether_it_is_still_climbing():
     from vqwae.reproduce.curves import _trend
 
-    rising = [{"step": 625, "val/perplexity": 40.0}, {"step": 1250, "val/perplexity": 55.0}]
-    flat = [{"step": 625, "val/perplexity": 2.4}, {"step": 1250, "val/perplexity": 2.4}]
+    rising = [(625, 0.02, 40.0), (1250, 0.01, 55.0)]
+    flat = [(625, 0.05, 2.4), (1250, 0.05, 2.4)]
     assert _trend(rising) == " (still rising: val ppl 40 at step 625, 55 at step 1,250)"
     assert _trend(flat).startswith(" (flat:") and _trend(rising[:1]) == ""

@@ -7,7 +7,6 @@ batch of padding only, a relative data root, a full disk. One writer per run fol
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -28,40 +27,9 @@ from vqwae.runs import layout
 from vqwae.training.lock import RunLock
 from vqwae.training import TrainConfig, train
 
-TINY = ["--dataset", "digits", "--train-limit", "64", "--eval-limit", "32", "--num-codes", "16", "--device", "cpu"]
+from tests.helpers import TINY, checksums, invoke, one_line_error, tiny_run
 
-
-def checksums(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def train_tiny(out: Path) -> Path:
-    """A one-epoch run on 64 digits, K = 16: the run folder the robustness tests try their inputs on."""
-    train(TrainConfig.resolve(out=str(out), epochs=1, dataset="digits", train_limit=64, eval_limit=32, num_codes=16,
-                              device="cpu"))
-    return out
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    return train_tiny(tmp_path_factory.mktemp("robust") / "run")
-
-
-def one_line_error(result, *needles: str) -> str:
-    """The command failed with exit status 2 and exactly one line on stderr, "error: ...", holding every needle."""
-    err = result.stderr.strip()
-    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    assert "Traceback" not in result.output and "Traceback" not in err
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
-
-
-def invoke(args, env=None):
-    return CliRunner().invoke(app, [str(a) for a in args], env=env)
+run = tiny_run("robust")
 
 
 def _yaml(tmp: Path, text: str) -> Path:

@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.test_robustness import train_tiny, checksums, invoke, one_line_error
+from tests.helpers import checksums, invoke, one_line_error, train_tiny
 from vqwae.data import CodesDataset
 from vqwae.data.codes import CodesMeta, save_codes
 from vqwae.prior import PixelCNNConfig

@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.test_robustness import train_tiny, TINY, checksums, invoke, one_line_error
+from tests.helpers import TINY, checksums, invoke, one_line_error, train_tiny
 from vqwae.figures.image_folder import save_image_folder
 from vqwae.models import VQAutoencoder
 from vqwae.runs import layout

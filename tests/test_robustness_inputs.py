@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 from safetensors.torch import load_file, save_file
 
-from tests.test_robustness import TINY, checksums, invoke, one_line_error, train_tiny
+from tests.helpers import TINY, checksums, invoke, one_line_error, tiny_run
 from vqwae.data import CodesDataset, load_splits
 from vqwae.data.images import list_images, scan_class_tree
 from vqwae.models import VQAutoencoder
@@ -24,10 +24,7 @@ from vqwae.training import TrainConfig
 CPU = ["--device", "cpu", "--threads", "1"]
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    out = train_tiny(tmp_path_factory.mktemp("inputs") / "run")
-    return out
+run = tiny_run("inputs")
 
 
 def _pngs(folder: Path, n: int, seed: int = 0) -> Path:

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,12 +18,10 @@ from vqwae.runs import layout
 from vqwae.training.lock import RunFolderBusy, RunLock
 from vqwae.training import TrainConfig, checkpoint, train
 
-from tests.test_robustness import checksums, invoke, one_line_error, train_tiny
+from tests.helpers import checksums, invoke, one_line_error, tiny_run
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory) -> Path:
-    return train_tiny(tmp_path_factory.mktemp("robust-lock") / "run")
+run = tiny_run("robust-lock")
 
 
 # ---- one writer per run folder ------------------------------------------------------------------------

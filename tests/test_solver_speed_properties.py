@@ -12,6 +12,8 @@ from vqwae.ot.cost import MIN_BLOCK, min_rows
 from vqwae.ot.semidiscrete import ascend_potential, assign, fit_potential, semi_dual_value
 from vqwae.quantizers import PaperWassersteinQuantizer, WassersteinQuantizer
 
+from tests.helpers import NoHostSync
+
 
 def problem(n=64, g=2, k=16, d=3, seed=0, dtype=torch.float64):
     gen = torch.Generator().manual_seed(seed)
@@ -143,25 +145,6 @@ def test_ascent_preserves_the_mean_of_the_potential_and_uses_the_assignment_mass
     assert pot[0, 0] < 0 < pot[0, 1]  # over-used codes get cheaper for nobody, under-used ones attract
 
 
-class _NoHostSync:
-    """Make every device -> host read raise (item, float, int, bool, tolist, numpy)."""
-
-    names = ("item", "__float__", "__int__", "__bool__", "tolist", "numpy", "__index__")
-
-    def __enter__(self):
-        self.saved = {n: getattr(torch.Tensor, n) for n in self.names}
-
-        def boom(*a, **k):
-            raise AssertionError("host synchronisation in the solver path")
-
-        for n in self.names:
-            setattr(torch.Tensor, n, boom)
-
-    def __exit__(self, *exc):
-        for n, f in self.saved.items():
-            setattr(torch.Tensor, n, f)
-
-
 class _NoDataDependentShapes(TorchDispatchMode):
     """Make every operator whose output size depends on tensor values raise: a boolean mask's indexing (``x[keep]``,
     ``x[keep] = y``), ``nonzero``, ``masked_select``, ``unique``, and any scalar read (``item``). On CUDA each of them
@@ -220,7 +203,7 @@ def test_semidiscrete_training_step_never_syncs_with_the_host(name, monkeypatch)
     q(torch.randn(6, 4, 8))  # the data start (reads the host once)
     flat = torch.randn(6, 4, 8, requires_grad=True)
     before, potential = q.embedding.detach().clone(), q.solver.potential.clone()
-    with _NoHostSync():
+    with NoHostSync():
         q(flat).loss.backward()
     assert flat.grad is not None and q.beta.grad is not None
     assert not torch.equal(q.solver.potential, potential)  # the ascent step happened
@@ -390,7 +373,7 @@ def test_the_fields_vq_never_syncs_with_the_host_after_its_kmeans_start(monkeypa
     torch.manual_seed(0)
     q = VectorQuantizer(num_codes=16, dim=8, ema=True, init="kmeans", dead_code_threshold=2).train()
     q(torch.randn(6, 8, 4, 4))  # the k-means start (reads the host once)
-    with _NoHostSync():
+    with NoHostSync():
         for mask in (None, torch.rand(6, 4, 4) > 0.3):
             q(torch.randn(6, 4, 4, 8).movedim(-1, 1), mask)
 
@@ -407,7 +390,7 @@ def test_splitting_a_dead_cell_never_syncs_with_the_host(monkeypatch):
         q(data[torch.randint(0, 512, (64,))].view(64, 1, 8))
     assert q.embedding[15].abs().min() == 100.0
     flat = data[:64].view(64, 1, 8).requires_grad_()
-    with _NoHostSync():
+    with NoHostSync():
         q(flat).loss.backward()
     assert q.embedding[15].abs().max() < 10  # split into an overloaded cell
 
@@ -423,6 +406,6 @@ def test_splitting_an_unused_code_never_syncs_with_the_host(monkeypatch):
         q(crowd).loss.backward()
     before = q.transport.nearest_mass.clone()
     for mask in (None, torch.rand(8, 12) > 0.3):
-        with _NoHostSync():
+        with NoHostSync():
             q(crowd.clone().requires_grad_(), mask).loss.backward()
     assert not torch.equal(q.transport.nearest_mass, before)

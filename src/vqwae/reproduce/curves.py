@@ -44,10 +44,11 @@ VQVAE_CAUSE = ("Why VQ-VAE stays far (measured on its `long` runs after 10,000 s
                "never receive a gradient (docs/lab/48-.md#issue-64-long).")
 
 
-def _trend(history) -> str:
-    """Whether a row's validation perplexity was still rising over its last two epochs, in its own numbers: a row
-    far from the paper that is still climbing is a budget question, one that has stopped is a mechanism's."""
-    ppl = [(h["step"], h["val/perplexity"]) for h in history if h.get("val/perplexity") is not None]
+def _trend(line) -> str:
+    """Whether a row's validation perplexity was still rising over its last two epochs, in its own numbers (`line`:
+    its (step, MSE, perplexity) after each epoch): a row far from the paper that is still climbing is a budget
+    question, one that has stopped is a mechanism's."""
+    ppl = [(step, p) for step, _, p in line if p is not None]
     if len(ppl) < 2:
         return ""
     (s0, p0), (s1, p1) = ppl[-2], ppl[-1]
@@ -59,7 +60,7 @@ def curves(datasets, results, b: Budget, out: Path, **_) -> Section:
     """Where each reconstruction row is heading: validation MSE and perplexity after every epoch, against steps, with
     the paper's values and the authors' logged values as marks; a row ending under half the paper's perplexity is
     named."""
-    rows, figures, far = [], [], []
+    rows, figures, far, far_models = [], [], [], set()
     for d in datasets:
         lines, marks = {}, {}
         for m in MODELS:
@@ -79,7 +80,8 @@ def curves(datasets, results, b: Budget, out: Path, **_) -> Section:
                          f"{fmt(logged.get('mse'))} / {fmt(logged.get('perplexity'))}" if logged else "—"])
             if paper is not None and _get(results, s, "perplexity") is not None and \
                     _get(results, s, "perplexity") < paper / 2:
-                far.append((m, f"{NAMES[m]} on {d}{_trend(history)}"))
+                far.append(f"{NAMES[m]} on {d}{_trend(lines[NAMES[m]])}")
+                far_models.add(m)
         for key in ("vqvae", "sqvae", "vqwae"):
             value = P.RECON["values"].get((d, key), {}).get("perplexity")
             if value is not None:
@@ -96,7 +98,7 @@ def curves(datasets, results, b: Budget, out: Path, **_) -> Section:
              "the paper's perplexity (Table 1) and the authors' logged test MSE and perplexity "
              "(../shared/notes/official-implementation.md)."]
     if far:
-        notes.append("Ending under half the paper's perplexity: " + "; ".join(f for _, f in far) + ".")
+        notes.append("Ending under half the paper's perplexity: " + "; ".join(far) + ".")
     notes.append("Why VQ-VAE and the paper's VQ-WAE start at perplexity 1 (measured at initialisation, seed 0, 65,536 "
                  "latents of 1,024 training images): the paper's N(0, 1) codebook sits 1,471x (MNIST) and 450x "
                  "(CIFAR-10) further out than the first latents of its unnormalised encoder, so every latent's nearest "
@@ -104,7 +106,7 @@ def curves(datasets, results, b: Budget, out: Path, **_) -> Section:
                  "latents over every code, and its perplexity climbs as the codes come in. The rows that start from "
                  "the data (the field's VQ, the shipped VQ-WAE) reach 512 codes at the first step "
                  "(docs/lab/48-.md#vqgan-start).")
-    if any(m == "vqvae" for m, _ in far):
+    if "vqvae" in far_models:
         notes.append(VQVAE_CAUSE)
     return Section("Learning curves", "Table 1's rows during training (the paper shows none)",
                    ["dataset", "model", "val MSE @2,500", "val ppl @2,500", "steps", "val MSE", "val ppl",

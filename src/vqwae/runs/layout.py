@@ -4,7 +4,6 @@ folder); they are re-exported here so that a workflow reads everything about a r
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
