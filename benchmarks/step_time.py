@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 
 import torch
 
-from vqwae.models import NetworkConfig, VQAutoencoder
+from vqwae.models import NetworkConfig
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import CONFIGURATIONS, build_autoencoder, loadavg, sync  # noqa: E402  (the benchmarks' shared module)

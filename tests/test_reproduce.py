@@ -335,3 +335,34 @@ def test_a_far_row_says_whether_it_is_still_climbing():
     flat = [(625, 0.05, 2.4), (1250, 0.05, 2.4)]
     assert _trend(rising) == " (still rising: val ppl 40 at step 625, 55 at step 1,250)"
     assert _trend(flat).startswith(" (flat:") and _trend(rising[:1]) == ""
+
+
+def test_a_run_another_process_is_training_is_left_to_it_and_waited_for_last(tmp_path, monkeypatch, capsys):
+    # two `vqwae reproduce` on one OUT met at a run the other held, and the first stopped there (lab 50d)
+    from vqwae.reproduce import runner
+    from vqwae.training.lock import RunLock
+
+    smoke = BUDGETS["smoke"]
+    held, free = row_spec("digits", "vqvae"), row_spec("digits", "vqwae")
+    lock = RunLock(runner.run_dir_for(tmp_path, held, held.config_values(smoke, None))).acquire()  # "another process"
+    monkeypatch.setattr(runner, "BUSY_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(runner, "ensure_run", _release_when_waited_for(runner.ensure_run, lock, held))
+    results = runner.ensure_runs(tmp_path, [held, free], smoke, None, levels={held: "usage", free: "usage"},
+                                 device="cpu")
+    out = capsys.readouterr().out
+    assert list(results) == [held, free] and all("perplexity" in r for r in results.values())
+    assert out.index("coming back to it last") < out.index(f"training {free.label}") < out.index("waiting for it")
+    assert out.index("waiting for it") < out.rindex(f"training {held.label}")  # trained here once it was free
+
+
+def _release_when_waited_for(ensure_run, lock, spec):
+    """ensure_run, with ``lock`` released (its "process" done) the second time ``spec`` is asked for after a refusal."""
+    refusals = []
+
+    def wrapped(out, s, *a, **k):
+        if s == spec and lock._fd is not None:
+            refusals.append(1)
+            if len(refusals) >= 2:
+                lock.release()
+        return ensure_run(out, s, *a, **k)
+    return wrapped

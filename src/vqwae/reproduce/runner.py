@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
 from vqwae.threads import default_num_threads
 from vqwae.training import TrainConfig, train
+from vqwae.training.lock import RunFolderBusy
+
+BUSY_POLL_SECONDS = 30.0  # how often a run another process is training is looked at again
 
 
 def run_key(cfg: TrainConfig) -> str:
@@ -133,7 +137,10 @@ def ensure_runs(out: Path, specs: list[RunSpec], budget: Budget, data_root: str 
                 levels: dict | None = None, downstream: dict | None = None, records: Path | None = None,
                 threads: int | None = None) -> dict:
     """All runs (deduplicated), in parallel when jobs > 1. Returns {spec: result}. ``levels``: {spec: the
-    evaluation it needs} ("full" for a spec not in it); ``downstream``: {spec: eval.json keys the report sections need}."""
+    evaluation it needs} ("full" for a spec not in it); ``downstream``: {spec: eval.json keys the report sections need}.
+
+    A run whose folder another process is writing (a second ``vqwae reproduce`` on the same OUT) is left to it:
+    the others go first, then this one waits for that process and takes its result (evaluating it if need be)."""
     unique = list(dict.fromkeys(specs))
     levels, downstream = levels or {}, downstream or {}
     kwargs = dict(device=device, inception_weights=inception_weights, lpips_weights=lpips_weights, records=records)
@@ -142,9 +149,29 @@ def ensure_runs(out: Path, specs: list[RunSpec], budget: Budget, data_root: str 
     def args(s):
         return dict(level=levels.get(s, "full"), downstream=tuple(downstream.get(s, ())), position=where[s], **kwargs)
 
+    results, busy = {}, []
     if jobs <= 1:
-        return {s: ensure_run(out, s, budget, data_root, threads=threads, **args(s)) for s in unique}
-    threads = threads or max(1, default_num_threads() // jobs)  # the free CPUs, shared by the jobs
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {s: pool.submit(ensure_run, out, s, budget, data_root, threads=threads, **args(s)) for s in unique}
-        return {s: f.result() for s, f in futures.items()}
+        for s in unique:
+            try:
+                results[s] = ensure_run(out, s, budget, data_root, threads=threads, **args(s))
+            except RunFolderBusy as e:
+                busy.append((s, e))
+                print(f"[reproduce] {where[s]}{s.label}: {str(e).split(';')[0]}; coming back to it last", flush=True)
+    else:
+        threads = threads or max(1, default_num_threads() // jobs)  # the free CPUs, shared by the jobs
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {s: pool.submit(ensure_run, out, s, budget, data_root, threads=threads, **args(s)) for s in unique}
+            for s, f in futures.items():
+                try:
+                    results[s] = f.result()
+                except RunFolderBusy as e:
+                    busy.append((s, e))
+    for s, e in busy:
+        print(f"[reproduce] {where[s]}{s.label}: {str(e).split(';')[0]}; waiting for it", flush=True)
+        while True:
+            try:
+                results[s] = ensure_run(out, s, budget, data_root, threads=threads, **args(s))
+                break
+            except RunFolderBusy:
+                time.sleep(BUSY_POLL_SECONDS)
+    return {s: results[s] for s in unique}
