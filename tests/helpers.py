@@ -64,11 +64,13 @@ class NoHostSync:
     def __enter__(self):
         self.saved = {n: getattr(torch.Tensor, n) for n in self.names}
 
-        def boom(*a, **k):
-            raise AssertionError("host synchronisation in the solver path")
+        def boom(name):
+            def read(*a, **k):
+                raise AssertionError(f"a device -> host read (Tensor.{name}) inside a block that must not synchronise")
+            return read
 
         for n in self.names:
-            setattr(torch.Tensor, n, boom)
+            setattr(torch.Tensor, n, boom(n))
 
     def __exit__(self, *exc):
         for n, f in self.saved.items():

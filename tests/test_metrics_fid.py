@@ -33,7 +33,7 @@ from tests.helpers import eig_frechet, inception
 HAS_TORCH_FIDELITY = importlib.util.find_spec("torch_fidelity") is not None
 
 
-# -- helpers --------------------------------------------------------------------------------------
+# -- an independent Frechet distance ---------------------------------------------------------------
 def _gram_frechet(f1: np.ndarray, f2: np.ndarray) -> float:
     """Independent low-sample Frechet distance: eigenvalues of (A1 A2^T)(A1 A2^T)^T via np.linalg.eigvals."""
     a1, a2 = f1 - f1.mean(0), f2 - f2.mean(0)
