@@ -148,7 +148,7 @@ def test_ascent_preserves_the_mean_of_the_potential_and_uses_the_assignment_mass
 class _NoDataDependentShapes(TorchDispatchMode):
     """Make every operator whose output size depends on tensor values raise: a boolean mask's indexing (``x[keep]``,
     ``x[keep] = y``), ``nonzero``, ``masked_select``, ``unique``, and any scalar read (``item``). On CUDA each of them
-    waits for the device to tell the host a size; on the CPU they run without a wait, so ``_NoHostSync`` cannot see
+    waits for the device to tell the host a size; on the CPU they run without a wait, so ``NoHostSync`` cannot see
     them, but this mode sees every operator the step dispatches."""
 
     forbidden = {"aten::nonzero", "aten::masked_select", "aten::_local_scalar_dense", "aten::_unique2",
