@@ -150,28 +150,28 @@ def ensure_runs(out: Path, specs: list[RunSpec], budget: Budget, data_root: str 
         return dict(level=levels.get(s, "full"), downstream=tuple(downstream.get(s, ())), position=where[s], **kwargs)
 
     results, busy = {}, []
+
+    def collect(s, result):  # result(): the run's eval.json, or RunFolderBusy where another process holds it
+        try:
+            results[s] = result()
+        except RunFolderBusy as e:
+            busy.append(s)
+            print(f"[reproduce] {where[s]}{s.label}: {str(e).split(';')[0]}; coming back to it last", flush=True)
+
     if jobs <= 1:
         for s in unique:
-            try:
-                results[s] = ensure_run(out, s, budget, data_root, threads=threads, **args(s))
-            except RunFolderBusy as e:
-                busy.append((s, e))
-                print(f"[reproduce] {where[s]}{s.label}: {str(e).split(';')[0]}; coming back to it last", flush=True)
+            collect(s, lambda s=s: ensure_run(out, s, budget, data_root, threads=threads, **args(s)))
     else:
         threads = threads or max(1, default_num_threads() // jobs)  # the free CPUs, shared by the jobs
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = {s: pool.submit(ensure_run, out, s, budget, data_root, threads=threads, **args(s)) for s in unique}
             for s, f in futures.items():
-                try:
-                    results[s] = f.result()
-                except RunFolderBusy as e:
-                    busy.append((s, e))
-    for s, e in busy:
-        print(f"[reproduce] {where[s]}{s.label}: {str(e).split(';')[0]}; waiting for it", flush=True)
-        while True:
+                collect(s, f.result)
+    for s in busy:  # the other process's runs, last: wait for each to be free, then take (or finish) its result
+        print(f"[reproduce] {where[s]}{s.label}: waiting for it", flush=True)
+        while s not in results:
             try:
                 results[s] = ensure_run(out, s, budget, data_root, threads=threads, **args(s))
-                break
             except RunFolderBusy:
                 time.sleep(BUSY_POLL_SECONDS)
     return {s: results[s] for s in unique}
