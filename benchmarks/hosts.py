@@ -55,6 +55,8 @@ from vqwae.metrics.usage import CodeUsage  # noqa: E402
 from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer, diagnostics  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+#: The most (latent, code) distances an evaluation forward makes (1 GiB in float32): K = 65,536 in 64 images.
+EVAL_ENTRIES = 2 ** 28
 
 
 # ---------------------------------------------------------------------------------------------- quantizers
@@ -172,9 +174,11 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
     # the sequence host: codes of the real tokens whose 4x4 patch is blank (all zero), and of the others
     patches = getattr(model.host, "patches", None) if test_mask is not None else None
     by_content = {"blank": CodeUsage(model.quantizer.num_codes), "content": CodeUsage(model.quantizer.num_codes)}
-    for i in range(0, len(test_x), 500):
-        x = test_x[i:i + 500]
-        mask = None if test_mask is None else test_mask[i:i + 500]
+    # images per forward: at most EVAL_ENTRIES (latent, code) distances at once (the peers hold them whole)
+    chunk = max(1, min(500, EVAL_ENTRIES // (model.quantizer.num_codes * TOKENS)))
+    for i in range(0, len(test_x), chunk):
+        x = test_x[i:i + chunk]
+        mask = None if test_mask is None else test_mask[i:i + chunk]
         z, _, idx, _, out = model(x, mask)
         s, c = model.host.sq_error(out, x, mask)
         se, count = se + float(s), count + float(c)
