@@ -18,7 +18,9 @@ numbers (``OwnRandomness``). Every ``--eval-every`` steps: test MSE (over real p
 used (one histogram over all real test latents; the residual host: each level's, and their minimum), and for
 VQ-WAE the transport diagnostics of ``vqwae.quantizers.diagnostics`` (goal 3 of issue #34). In the ``sequence`` host
 also the perplexity of the codes of blank patches (how many codes one input spreads over) and of the others;
-its metadata holds the blank share of the real test tokens and the perplexity bound it sets (``blank_bound``).
+its metadata holds the blank share of the real test tokens and the perplexity bound it sets (``blank_bound``). In
+an image host, the codes and perplexity of the far-blank positions (``far_blank``: MNIST's background) and of the
+others.
 
     pip install -e ".[bench]"     # vector-quantize-pytorch 1.32.0, pinned: a benchmark-only dependency
     .venv/bin/python benchmarks/hosts.py --host default-init --dataset cifar10 --steps 3000 --seed 0
@@ -44,6 +46,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -166,13 +169,22 @@ def _wasserstein_levels(quantizer: nn.Module) -> list:
     return []
 
 
+def far_blank(x: torch.Tensor) -> torch.Tensor:
+    """(B, 64) bool, an image host's positions in raster order whose 4x4 patch and its 8 neighbours are all zero
+    (MNIST's background, away from the strokes: a crowd of near-identical latents)."""
+    blank = (F.max_pool2d(x.amax(1, keepdim=True), 4) == 0).float()  # (B, 1, 8, 8): the patch is blank
+    return (-F.max_pool2d(-blank, 3, 1, 1) == 1).reshape(len(x), -1)  # and every neighbour (padding counts as blank)
+
+
 @torch.no_grad()
 def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None, seed: int) -> dict:
     model.eval()
     se = count = 0.0
     usage, tokens = None, []
-    # the sequence host: codes of the real tokens whose 4x4 patch is blank (all zero), and of the others
+    # the sequence host: codes of the real tokens whose 4x4 patch is blank (all zero), and of the others; an image
+    # host: of the far-blank positions (``far_blank``) and of the others
     patches = getattr(model.host, "patches", None) if test_mask is not None else None
+    blanks = 0
     by_content = {"blank": CodeUsage(model.quantizer.num_codes), "content": CodeUsage(model.quantizer.num_codes)}
     # images per forward: at most EVAL_ENTRIES (latent, code) distances at once (the peers hold them whole)
     chunk = max(1, min(500, EVAL_ENTRIES // (model.quantizer.num_codes * TOKENS)))
@@ -192,6 +204,11 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
             blank = patches(x).amax(-1) == 0
             by_content["blank"].update(idx[..., 0][keep & blank])
             by_content["content"].update(idx[..., 0][keep & ~blank])
+        elif idx.shape[1] == TOKENS and idx.shape[-1] == 1:
+            far = far_blank(x)
+            blanks += int(far.sum())
+            by_content["blank"].update(idx[..., 0][far])
+            by_content["content"].update(idx[..., 0][~far])
         tokens.append(z if mask is None else z[keep])
     model.train()
     real = torch.cat(tokens)  # (B, N, D) or (N, D) when masked: the real test latents
@@ -201,6 +218,10 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
         row["perplexity_per_level"] = [u.perplexity for u in usage]
     if patches is not None:  # how many codes the blank patches spread over; the perplexity among the others
         row.update(perplexity_blank=by_content["blank"].perplexity, perplexity_content=by_content["content"].perplexity)
+    elif blanks:  # the far-blank positions' codes against their share of pi (share x K), and the others'
+        row.update(far_blank_share=blanks / len(real.reshape(-1, real.shape[-1])),
+                   far_blank_codes=by_content["blank"].codes_used, far_blank_perplexity=by_content["blank"].perplexity,
+                   other_codes=by_content["content"].codes_used, other_perplexity=by_content["content"].perplexity)
     levels = _wasserstein_levels(model.quantizer)
     if levels:
         row["codebook_rms"] = float(levels[0].embedding.pow(2).mean().sqrt())
