@@ -6,12 +6,12 @@
 
 and at the end each code's age (steps since it was last re-seeded or moved by a split; the start counts as step 0).
 
-At K codes and N latents a step, a code receives N / K latents a step on average; its EMA count, set to the
-threshold at a re-seed, stays above the threshold only if the code receives about as many latents each step as the
-threshold. Below N / K = 2 most codes expire again within a few steps, and the codebook is a rolling sample of
-the latest batches' latents rather than EMA centroids. This script measures it.
+At K codes and N latents a step, a code receives N / K latents a step on average. A re-seed sets its EMA count to
+the threshold; with decay 0.99 the count stays at or above it at the next step only if the code receives at least
+as many latents as the threshold in that step. Below N / K = 2 most codes expire again within a few steps, and the
+codebook is a rolling sample of the latest batches' latents rather than EMA centroids. This script measures it.
 
-    .venv/bin/python benchmarks/expiry_churn.py --host paper --dataset cifar10 --num-codes 16384 --steps 200
+    .venv/bin/python benchmarks/expiry_churn.py --host paper --dataset cifar10 --num-codes 16384 --steps 300
 
 Writes benchmarks/results/expiry_churn_<host>_<dataset>_k<K>_<steps>.json.
 """
@@ -60,7 +60,8 @@ class Counter:
 
     def summary(self, steps: int) -> dict:
         tail = self.moved[len(self.moved) // 2:]
-        return dict(moved_per_step=self.moved, second_half=dict(mean=statistics.mean(tail), min=min(tail), max=max(tail)),
+        return dict(moved_per_step=self.moved,
+                    second_half=dict(mean=statistics.mean(tail), min=min(tail), max=max(tail)),
                     age_at_end=dict(median=int(self.age.median()), p90=int(self.age.float().quantile(0.9)),
                                     max=int(self.age.max()), never_moved=int((self.age == steps).sum())))
 
