@@ -144,6 +144,17 @@ class OwnRandomness:
 
 
 @torch.no_grad()
+def blank_positions(ink: torch.Tensor, factor: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The code grid's blank positions, one per ``factor`` x ``factor`` pixels of images whose ink map is ``ink``
+    (B, 1, H, W) bool: ``(blank, far)``, each (B, H / factor, W / factor) bool. blank: the patch holds no ink; far: it
+    and its 8 neighbours are blank (the grid's edge counts as blank), so the encoder sees (nearly) only background."""
+    import torch.nn.functional as F
+
+    blank = F.max_pool2d(ink.float(), factor).squeeze(1) == 0
+    far = -F.max_pool2d(-blank.float().unsqueeze(1), 3, stride=1, padding=1).squeeze(1) > 0
+    return blank, far
+
+
 def training_batches(train, steps: int, seed: int, batch: int = 32):
     """(step, images) for steps 1..steps: a seeded shuffle, reshuffled when it runs out. Every model of a
     comparison trains on these same batches."""

@@ -27,11 +27,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import training_batches  # noqa: E402
-from host_networks import HOSTS, build_host  # noqa: E402
-from hosts import HERE, Model, Ours, Peer  # noqa: E402
+from host_networks import TOKENS, build_host  # noqa: E402
+from hosts import HERE, build_model, cell_arguments, quantizer_factories, train_step  # noqa: E402
 
 from vqwae.data import load_splits  # noqa: E402
-from vqwae.quantizers import WassersteinQuantizer  # noqa: E402
 
 
 class Counter:
@@ -39,7 +38,8 @@ class Counter:
     step (``moved(args, codes_before)``: a bool mask over the codes), and keeps each code's age."""
 
     def __init__(self, owner, method: str, codes, moved):
-        self.codes, self.moved, self.age = codes, [], None
+        self.codes, self.moved = codes, []
+        self.age = torch.zeros(codes().shape[0], dtype=torch.long)
         inner = getattr(owner, method)
 
         def counted(*args, **kwargs):
@@ -53,8 +53,6 @@ class Counter:
         setattr(owner, method, counted)
 
     def new_step(self) -> None:
-        if self.age is None:
-            self.age = torch.zeros(self.codes().shape[0], dtype=torch.long)
         self.moved.append(0)
         self.age += 1
 
@@ -68,46 +66,33 @@ class Counter:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="paper", choices=HOSTS)
-    ap.add_argument("--dataset", default="cifar10")
-    ap.add_argument("--data-root", default="../shared/data")
-    ap.add_argument("--num-codes", type=int, default=16384)
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=0)
+    cell_arguments(ap, host="paper", steps=200, num_codes=16384)
     args = ap.parse_args()
     torch.set_num_threads(1)
     train = load_splits(args.dataset, args.data_root, train_limit=20000, eval_limit=1).train
     channels = train[0][0].shape[0]
+    factories = quantizer_factories(args.num_codes, build_host(args.host, channels).dim, TOKENS, residual=False)
     models, counters = {}, {}
     for name in ("VQ kmeans+expiry", "VQ-WAE"):
-        torch.manual_seed(args.seed)  # hosts.py's draws: the same host weights for both
-        host = build_host(args.host, channels)
-        torch.manual_seed(args.seed + 1)
+        models[name] = build_model(args.host, channels, factories[name], args.seed)  # hosts.py's model and Adam
+        q = models[name][0].quantizer.q
         if name == "VQ-WAE":
-            quantizer = Ours(lambda: WassersteinQuantizer(num_codes=args.num_codes, dim=host.dim, channel_last=True),
-                             args.num_codes)
             # _split_pairs(codebook, potential, scale, lo, hi, split, tracked): code lo[i] moves next to hi[i]
-            counters[name] = Counter(quantizer.q.transport, "_split_pairs", lambda q=quantizer.q: q.embedding,
+            counters[name] = Counter(q.transport, "_split_pairs", lambda q=q: q.embedding,
                                      lambda a, before: torch.zeros(args.num_codes, dtype=torch.bool).index_fill_(
                                          0, a[3][a[5]], True))
         else:
-            quantizer = Peer("vq-no-rotation", args.num_codes, host.dim)
-            book = quantizer.q._codebook
+            book = q._codebook
             counters[name] = Counter(book, "replace", lambda b=book: b.embed[0],
                                      lambda a, before, b=book: (b.embed[0] != before).any(-1))
-        model = Model(host, quantizer)
-        models[name] = (model, torch.optim.Adam(model.parameters(), lr=1e-3))
     for step, x in training_batches(train, args.steps, args.seed):
         for name, (model, opt) in models.items():
             counters[name].new_step()
-            loss = model.loss(x, None)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            train_step(model, opt, x, None)
         if step % 25 == 0:
             print(f"step {step}: " + "; ".join(f"{n}: moved {c.moved[-1]} codes, median age {int(c.age.median())}"
                                                for n, c in counters.items()), flush=True)
-    latents = 32 * 64  # a batch's latents (hosts.py: 32 images of 8 x 8 positions)
+    latents = 32 * TOKENS  # a batch's latents (training_batches: 32 images of 8 x 8 positions)
     result = dict(meta=dict(vars(args), latents_per_step=latents, latents_per_code=latents / args.num_codes),
                   **{n: c.summary(args.steps) for n, c in counters.items()})
     out = HERE / "results" / f"expiry_churn_{args.host}_{args.dataset}_k{args.num_codes}_{args.steps}.json"

@@ -19,8 +19,8 @@ used (one histogram over all real test latents; the residual host: each level's,
 VQ-WAE the transport diagnostics of ``vqwae.quantizers.diagnostics`` (goal 3 of issue #34). In the ``sequence`` host
 also the perplexity of the codes of blank patches (how many codes one input spreads over) and of the others;
 its metadata holds the blank share of the real test tokens and the perplexity bound it sets (``blank_bound``). In
-an image host, the codes and perplexity of the far-blank positions (``far_blank``: MNIST's background) and of the
-others.
+an image host, the codes and perplexity of the far-blank positions (``common.blank_positions``: MNIST's background)
+and of the others.
 
     pip install -e ".[bench]"     # vector-quantize-pytorch 1.32.0, pinned: a benchmark-only dependency
     .venv/bin/python benchmarks/hosts.py --host default-init --dataset cifar10 --steps 3000 --seed 0
@@ -46,12 +46,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import FSQ_LEVELS, OwnRandomness, parse_settings, plot, training_batches  # noqa: E402
-from host_networks import HOSTS, TOKENS, blank_bound, build_host, random_mask  # noqa: E402
+from common import (FSQ_LEVELS, OwnRandomness, blank_positions, parse_settings, plot,  # noqa: E402
+                    training_batches)
+from host_networks import HOSTS, PATCH, TOKENS, blank_bound, build_host, random_mask  # noqa: E402
 
 from vqwae.data import load_splits  # noqa: E402
 from vqwae.metrics.usage import CodeUsage  # noqa: E402
@@ -169,22 +169,14 @@ def _wasserstein_levels(quantizer: nn.Module) -> list:
     return []
 
 
-def far_blank(x: torch.Tensor) -> torch.Tensor:
-    """(B, 64) bool, an image host's positions in raster order whose 4x4 patch and its 8 neighbours are all zero
-    (MNIST's background, away from the strokes: a crowd of near-identical latents)."""
-    blank = (F.max_pool2d(x.amax(1, keepdim=True), 4) == 0).float()  # (B, 1, 8, 8): the patch is blank
-    return (-F.max_pool2d(-blank, 3, 1, 1) == 1).reshape(len(x), -1)  # and every neighbour (padding counts as blank)
-
-
 @torch.no_grad()
 def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None, seed: int) -> dict:
     model.eval()
     se = count = 0.0
     usage, tokens = None, []
     # the sequence host: codes of the real tokens whose 4x4 patch is blank (all zero), and of the others; an image
-    # host: of the far-blank positions (``far_blank``) and of the others
+    # host: of the far-blank positions (``blank_positions``) and of the others
     patches = getattr(model.host, "patches", None) if test_mask is not None else None
-    blanks = 0
     by_content = {"blank": CodeUsage(model.quantizer.num_codes), "content": CodeUsage(model.quantizer.num_codes)}
     # images per forward: at most EVAL_ENTRIES (latent, code) distances at once (the peers hold them whole)
     chunk = max(1, min(500, EVAL_ENTRIES // (model.quantizer.num_codes * TOKENS)))
@@ -204,9 +196,8 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
             blank = patches(x).amax(-1) == 0
             by_content["blank"].update(idx[..., 0][keep & blank])
             by_content["content"].update(idx[..., 0][keep & ~blank])
-        elif idx.shape[1] == TOKENS and idx.shape[-1] == 1:
-            far = far_blank(x)
-            blanks += int(far.sum())
+        elif idx.shape[1] == TOKENS and idx.shape[-1] == 1:  # (B, 8 x 8) in raster order
+            far = blank_positions(x.amax(1, keepdim=True) > 0, PATCH)[1].reshape(len(x), -1)
             by_content["blank"].update(idx[..., 0][far])
             by_content["content"].update(idx[..., 0][~far])
         tokens.append(z if mask is None else z[keep])
@@ -218,8 +209,9 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
         row["perplexity_per_level"] = [u.perplexity for u in usage]
     if patches is not None:  # how many codes the blank patches spread over; the perplexity among the others
         row.update(perplexity_blank=by_content["blank"].perplexity, perplexity_content=by_content["content"].perplexity)
-    elif blanks:  # the far-blank positions' codes against their share of pi (share x K), and the others'
-        row.update(far_blank_share=blanks / len(real.reshape(-1, real.shape[-1])),
+    elif by_content["blank"].counts.sum():  # the far-blank positions' codes against their share of pi (share x K)
+        blank, other = (float(by_content[k].counts.sum()) for k in ("blank", "content"))
+        row.update(far_blank_share=blank / (blank + other),
                    far_blank_codes=by_content["blank"].codes_used, far_blank_perplexity=by_content["blank"].perplexity,
                    other_codes=by_content["content"].codes_used, other_perplexity=by_content["content"].perplexity)
     levels = _wasserstein_levels(model.quantizer)
@@ -235,21 +227,43 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
 
 
 # ------------------------------------------------------------------------------------------------------ main
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="default-init", choices=HOSTS)
+def cell_arguments(ap: argparse.ArgumentParser, *, host: str, steps: int, num_codes: int) -> None:
+    """The options naming one cell of the zoo (host, data, K, steps, seed), for every script that trains in one."""
+    ap.add_argument("--host", default=host, choices=HOSTS)
     ap.add_argument("--dataset", default="cifar10")
     ap.add_argument("--data-root", default="../shared/data")
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--num-codes", type=int, default=num_codes)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--seed", type=int, default=0)
+
+
+def build_model(host: str, channels: int, make, seed: int, device: torch.device | str = "cpu"):
+    """The host network with the quantizer ``make()``, and its Adam (1e-3): the host's weights drawn from ``seed``
+    (the same for every quantizer of a cell), the quantizer's start from ``seed + 1``."""
+    torch.manual_seed(seed)
+    network = build_host(host, channels)
+    torch.manual_seed(seed + 1)
+    model = Model(network, make()).to(device)
+    return model, torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+
+
+def train_step(model: Model, opt: torch.optim.Optimizer, x: torch.Tensor, mask: torch.Tensor | None) -> None:
+    loss = model.loss(x, mask)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cell_arguments(ap, host="default-init", steps=3000, num_codes=512)
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--test-images", type=int, default=2000)
-    ap.add_argument("--num-codes", type=int, default=512)
     ap.add_argument("--models", default=None, help="comma-separated (default: every quantizer of the host)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                     help="an extra VQ-WAE with some options changed, e.g. 'cd 0.95:codebook_decay=0.95' "
                          "('per-position' in the label: one pi per position; labelled 'VQ-WAE', it replaces the default "
                          "and draws its random numbers: a paired comparison with the default's own run)")
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tag", default="")
     ap.add_argument("--device", default="cpu")
@@ -285,11 +299,7 @@ def main():
         raise SystemExit(f"error: unknown model(s) {unknown}; known: {', '.join(factories)}")
     models, opts, rngs, times, curves = {}, {}, {}, {}, {}
     for n in names:
-        torch.manual_seed(args.seed)
-        host = build_host(args.host, channels)  # the same host weights for every quantizer
-        torch.manual_seed(args.seed + 1)
-        models[n] = Model(host, factories[n]()).to(device)
-        opts[n] = torch.optim.Adam([p for p in models[n].parameters() if p.requires_grad], lr=1e-3)
+        models[n], opts[n] = build_model(args.host, channels, factories[n], args.seed, device)
         rngs[n], times[n], curves[n] = OwnRandomness(args.seed, n, cuda), [], []
     mask_gen = torch.Generator().manual_seed(args.seed + 7)
     test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
@@ -301,10 +311,7 @@ def main():
         for n in names:
             with rngs[n]:
                 t0 = time.perf_counter()
-                loss = models[n].loss(x, mask)
-                opts[n].zero_grad(set_to_none=True)
-                loss.backward()
-                opts[n].step()
+                train_step(models[n], opts[n], x, mask)
                 if cuda:  # the step's end, not its launch
                     torch.cuda.synchronize(device)
                 times[n].append(time.perf_counter() - t0)

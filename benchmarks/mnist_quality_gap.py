@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from common import blank_positions
 
 HERE = Path(__file__).resolve().parent
 STROKE = 0.1  # an MNIST pixel at or above this is ink
@@ -74,8 +75,7 @@ def analyse(model, x: torch.Tensor) -> tuple[dict, torch.Tensor]:
     # blank code positions: the 4x4 input patch all background; "far": its 8 neighbours' patches too, so that the
     # encoder's receptive field holds (nearly) nothing but background and every such latent is the same input
     factor = x.shape[-1] // codes.shape[-1]
-    blank = F.max_pool2d((x >= STROKE).float(), factor).squeeze(1) == 0  # (B, h, w)
-    far = -F.max_pool2d(-blank.float().unsqueeze(1), 3, stride=1, padding=1).squeeze(1) > 0
+    blank, far = blank_positions(x >= STROKE, factor)  # (B, h, w) each
     book = model.quantizer.codebook.detach().double()
     d = torch.cdist(book, book)
     d.fill_diagonal_(float("inf"))
