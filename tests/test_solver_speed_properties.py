@@ -9,7 +9,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from vqwae.ot import nearest_code, squared_distances
 from vqwae.ot.cost import MIN_BLOCK, min_rows
-from vqwae.ot.semidiscrete import ascend_potential, assign, fit_potential, semi_dual_value
+from vqwae.ot.semidiscrete import (SemiDiscreteSolver, ascend_potential, assign, assignment_mass, fit_potential,
+                                   semi_dual_value, sparse_step)
 from vqwae.quantizers import PaperWassersteinQuantizer, WassersteinQuantizer
 
 from tests.helpers import NoHostSync
@@ -143,6 +144,30 @@ def test_ascent_preserves_the_mean_of_the_potential_and_uses_the_assignment_mass
     assert torch.allclose(mass, torch.tensor([[0.75, 0, 0.25, 0], [0, 0.5, 0, 0.5]]))
     assert torch.allclose(pot.sum(-1), torch.zeros(2))
     assert pot[0, 0] < 0 < pot[0, 1]  # over-used codes get cheaper for nobody, under-used ones attract
+
+
+def _potential_step_noise(solver, latents: int, seed: int = 0) -> float:
+    """The spread over codes of one training step's move of the potential, for latents drawn exactly from pi."""
+    k = solver.num_codes
+    pi = torch.full((1, k), 1 / k)
+    a = torch.randint(0, k, (latents, 1), generator=torch.Generator().manual_seed(seed))
+    before = solver.potential.clone()
+    solver._ascend(assignment_mass(a, 1, k), torch.tensor(1.0), pi, count=latents)
+    return float((solver.potential - before).std())
+
+
+def test_a_shared_pis_potential_step_holds_its_noise_at_few_latents_a_code():
+    # docs/lab/48-.md#large-k-potential-step: one code's count in a batch is ~r = n / K latents, so the full step's
+    # noise on g grows as 1 / sqrt(r); below r = 1/8 the step shrinks as sqrt(8 r) and the noise stays at its level
+    assert sparse_step(2048, 512) == sparse_step(2048, 16384) == 1.0
+    assert sparse_step(2048, 65536) == pytest.approx(0.5)
+    assert float(sparse_step(torch.tensor(2048.0), 65536)) == pytest.approx(0.5)
+    dense = _potential_step_noise(SemiDiscreteSolver(1, 512, shared=True), 64)  # r = 1/8
+    sparse = _potential_step_noise(SemiDiscreteSolver(1, 4096, shared=True), 64)  # r = 1/64
+    assert sparse == pytest.approx(dense, rel=0.15), (dense, sparse)  # the full step: sqrt(8) = 2.8x
+    # one pi per position keeps its step (0.003) at any r: its positions pool their gradients instead
+    per_position = SemiDiscreteSolver(1, 4096, shared=False)
+    assert _potential_step_noise(per_position, 64) == pytest.approx(0.003 / 0.01 * dense * 8 ** 0.5, rel=0.15)
 
 
 class _NoDataDependentShapes(TorchDispatchMode):

@@ -52,8 +52,28 @@ def default_potential_lr(shared: bool) -> float:
     latents of a position for K codes (32 for 512 in the paper's setting), so a small step (0.003) averages its
     noise over more batches; 0.01 made MNIST's code usage swing by 150 between evaluations. One shared pi:
     B * M latents per step (2,048 for 8,192 codes), and the potential must move far before codes drawn from
-    one batch spread over the data; 0.003 slowed that spread by half at K = 8,192. docs/lab/08.md#slower-potential."""
+    one batch spread over the data; 0.003 slowed that spread by half at K = 8,192. docs/lab/08.md#slower-potential.
+    With one shared pi and fewer than 1/8 latents a code a step, ``sparse_step`` scales this down."""
     return 0.01 if shared else 0.003
+
+
+#: One shared pi: from this many latents per code a step (r = n / K; 2,048 latents for K = 16,384) up, the ascent step
+#: is default_potential_lr's; below, it shrinks as sqrt(r) (``sparse_step``).
+DENSE_FROM = 0.125
+
+
+def sparse_step(latents: int | torch.Tensor, num_codes: int) -> float | torch.Tensor:
+    """The factor on a shared pi's ascent step for n = ``latents`` a step and K codes: 1 from r = n / K = 1/8 up,
+    sqrt(8 r) below. A code's mass in one batch is a count of about r latents, so one step moves g_k by noise of
+    step x K x sqrt(pi_k / n) = step / sqrt(r) (in the potential's units): the factor holds that noise at its level at
+    r = 1/8. Measured (docs/lab/48-.md#large-k-potential-step): at K = 65,536 with 2,048 latents (r = 1/32) the full
+    step left 87% of the codes unused after 500 steps; at r = 1/8 (K = 16,384) a smaller step did no better, and at
+    r = 1/4 it slowed the codes' spread (docs/lab/08.md#slower-potential). ``latents`` may be a tensor (a mask's
+    count: no host read)."""
+    r = latents / max(num_codes, 1) / DENSE_FROM
+    if isinstance(r, torch.Tensor):
+        return r.clamp(0.0, 1.0).sqrt()
+    return min(1.0, max(0.0, r)) ** 0.5
 
 
 @torch.no_grad()
@@ -258,7 +278,7 @@ class Assignment(NamedTuple):
 
 class SemiDiscreteSolver(Solver):
     """The semi-discrete semi-dual with a warm-started per-group potential g (see the module docstring). Its step
-    size is ``default_potential_lr``, its pooling POOLING and its scale's decay SCALE_DECAY; ``chunk_entries``,
+    size is ``default_potential_lr`` (with a shared pi, times ``sparse_step`` of the step's latents), its pooling POOLING and its scale's decay SCALE_DECAY; ``chunk_entries``,
     ``compile_update`` and ``graph_update`` are runtime settings (``vqwae.fused``), not saved."""
 
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False):
@@ -320,7 +340,8 @@ class SemiDiscreteSolver(Solver):
             n = torch.as_tensor(count, dtype=mass.dtype, device=mass.device).reshape(1)
             total = torch.cat([mass.reshape(-1) * n, err.reshape(1) * n, n])
             dist.all_reduce(total)
-            n = total[-1].clamp_min(1.0)
+            count = total[-1]  # every rank's latents: the step below is the global batch's
+            n = count.clamp_min(1.0)
             mass, err, live = (total[:-2] / n).view(g, k), total[-2] / n, total[-1] > 0
             step = torch.where(live, step, 0.0)
         elif isinstance(count, torch.Tensor):  # the count of a mask's real latents: no host read
@@ -328,6 +349,8 @@ class SemiDiscreteSolver(Solver):
             step = torch.where(live, step, 0.0)
         elif count == 0:  # a host-known size: nothing to learn from
             return
+        if self.shared:  # few latents a code: a smaller step (its noise held)
+            step = step * sparse_step(count, k)
         ascend_potential(self.potential, None, pi, step, POOLING, mass=mass)
         # First step: the scale starts at this batch's error (no sync: torch.where on device).
         ema = self.scale * SCALE_DECAY + err * (1 - SCALE_DECAY)
