@@ -278,8 +278,9 @@ class Assignment(NamedTuple):
 
 class SemiDiscreteSolver(Solver):
     """The semi-discrete semi-dual with a warm-started per-group potential g (see the module docstring). Its step
-    size is ``default_potential_lr`` (with a shared pi, times ``sparse_step`` of the step's latents), its pooling POOLING and its scale's decay SCALE_DECAY; ``chunk_entries``,
-    ``compile_update`` and ``graph_update`` are runtime settings (``vqwae.fused``), not saved."""
+    size is ``default_potential_lr`` (with a shared pi, times ``sparse_step`` of the step's latents), its pooling
+    POOLING and its scale's decay SCALE_DECAY; ``chunk_entries``, ``compile_update`` and ``graph_update`` are runtime
+    settings (``vqwae.fused``), not saved."""
 
     def __init__(self, groups: int, num_codes: int, shared: bool, global_batch: bool = False):
         super().__init__(groups, num_codes, shared, global_batch)
