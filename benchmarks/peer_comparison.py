@@ -185,7 +185,7 @@ def main():
                     help=f"comma-separated, from: {', '.join(QUANTIZERS)}")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                     help="an extra WassersteinQuantizer configuration for ablations, on top of the default, e.g. "
-                         f"'fast potential:potential_lr=0.03', or with peer=KIND ({', '.join(PEERS)}) a peer with "
+                         f"'decay 0.95:codebook_decay=0.95', or with peer=KIND ({', '.join(PEERS)}) a peer with "
                          "some README arguments changed, e.g. 'LFQ 0.01:peer=lfq,entropy_loss_weight=0.01' "
                          "(repeatable; trained alongside --models)")
     ap.add_argument("--num-codes", type=int, default=512, help="K of every quantizer (FSQ: see FSQ_LEVELS)")
