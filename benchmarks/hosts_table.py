@@ -7,7 +7,10 @@ variation from pi against its sampling floor and the W ratio.
     .venv/bin/python benchmarks/hosts_table.py --at 1500 benchmarks/results/host_*_gpu.json   # runs cut short
 
 A quantizer run twice on one seed (two files of the same cell) counts once, the latest run; ``--models`` keeps only
-the quantizers named.
+the quantizers named. ``--step ms`` prints each quantizer's milliseconds a step (the mean over its seeds) instead of
+its ratio to VQ-VAE's, for cells without VQ-VAE in the process (the large codebooks of issue #67):
+
+    R=benchmarks/results; .venv/bin/python benchmarks/hosts_table.py --step ms $R/host_*_k16384_1000_seed*_{largek,largek2,largek3,peers}.json
 
 ``--at STEP`` reads every run at that evaluation (runs that did not reach it are left out); the step-time column
 is then the whole run's.
@@ -58,9 +61,12 @@ def fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def table(cells: dict) -> str:
+def table(cells: dict, step: str = "ratio") -> str:
+    """The markdown table; ``step``: the step time as a ratio to VQ-VAE's in the same process, or in ms."""
+    step_head, step_key, step_spec = (("x VQ-VAE step", "ratio_to_vqvae", ".2f") if step == "ratio"
+                                      else ("ms a step", "ms_per_step", ",.0f"))
     lines = ["| host | dataset | K | steps | quantizer | test MSE, mean (per seed) | test perplexity (lowest after step "
-             "1,000) | x VQ-VAE step | cells TV / floor | W ratio |",
+             f"1,000), codes used per seed | {step_head} | cells TV / floor | W ratio |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (host, dataset, k, steps), quantizers in sorted(cells.items()):
         means = {q: statistics.mean(r["mse"] for r in rows) for q, rows in quantizers.items()}
@@ -83,12 +89,13 @@ def table(cells: dict) -> str:
                 mse += " (within spread)"
             ppl = statistics.mean(r["perplexity"] for r in rows)
             low = min(r["min_ppl_after_1000"] for r in rows)
-            ratio = [r["ratio_to_vqvae"] for r in rows if r.get("ratio_to_vqvae")]
+            codes = " / ".join(f"{r['codes_used']:,}" for r in rows)  # per seed: one seed's unused codes show
+            ratio = [r[step_key] for r in rows if r.get(step_key)]
             tv = [(r["tv_cells"], r["tv_floor"]) for r in rows if "tv_cells" in r]
             w = [r["w_ratio"] for r in rows if r.get("w_ratio") is not None]
             lines.append(
-                f"| {host} | {dataset} | {k} | {steps} | {q} | {mse} | {ppl:.0f} ({low:.0f}) "
-                f"| {fmt(statistics.mean(ratio) if ratio else None, '.2f')} "
+                f"| {host} | {dataset} | {k} | {steps} | {q} | {mse} | {ppl:.0f} ({low:.0f}), {codes} "
+                f"| {fmt(statistics.mean(ratio) if ratio else None, step_spec)} "
                 f"| {' / '.join(f'{a:.3f}' for a in map(statistics.mean, zip(*tv))) if tv else '-'} "
                 f"| {fmt(statistics.mean(w) if w else None, '.2f')} |")
     return "\n".join(lines)
@@ -99,9 +106,11 @@ def main():
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--at", type=int, default=None, help="read every run at this step (default: its last)")
     ap.add_argument("--models", default=None, help="comma-separated quantizers to show (default: every one)")
+    ap.add_argument("--step", choices=("ratio", "ms"), default="ratio",
+                    help="the step time: ratio to VQ-VAE's in the same process (default), or ms")
     args = ap.parse_args()
     models = None if args.models is None else {m.strip() for m in args.models.split(",")}
-    print(table(load(args.files, args.at, models)))
+    print(table(load(args.files, args.at, models), args.step))
 
 
 if __name__ == "__main__":
