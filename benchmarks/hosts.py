@@ -15,8 +15,9 @@ Every host hands the quantizer channel-last tokens (B, N, D) (an image's 8 x 8 p
 mask where it has padding, so one adapter serves every quantizer in every host. Every model of a run starts from
 the same host weights and sees the same batches, interleaved (load hits them alike); each draws its own random
 numbers (``OwnRandomness``). Every ``--eval-every`` steps: test MSE (over real patches), test perplexity and codes
-used (one histogram over all real test latents; the residual host: each level's, and their minimum), and for
-VQ-WAE the transport diagnostics of ``vqwae.quantizers.diagnostics`` (goal 3 of issue #34). In the ``sequence`` host
+used (one histogram over all real test latents; the residual host: each level's, and their minimum), the latents'
+relative distortion (sum ||q - z||^2 / sum ||z||^2 over the real test latents: how much of the latent the code the
+decoder receives loses, whatever the latents' scale), and for VQ-WAE the transport diagnostics of ``vqwae.quantizers.diagnostics`` (goal 3 of issue #34). In the ``sequence`` host
 also the perplexity of the codes of blank patches (how many codes one input spreads over) and of the others;
 its metadata holds the blank share of the real test tokens and the perplexity bound it sets (``blank_bound``). In
 an image host, the codes and perplexity of the far-blank positions (``common.blank_positions``: MNIST's background)
@@ -173,6 +174,7 @@ def _wasserstein_levels(quantizer: nn.Module) -> list:
 def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None, seed: int) -> dict:
     model.eval()
     se = count = 0.0
+    distortion = energy = 0.0  # the latents' squared quantization error, and their squared norm
     usage, tokens = None, []
     # the sequence host: codes of the real tokens whose 4x4 patch is blank (all zero), and of the others; an image
     # host: of the far-blank positions (``blank_positions``) and of the others
@@ -183,10 +185,12 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
     for i in range(0, len(test_x), chunk):
         x = test_x[i:i + chunk]
         mask = None if test_mask is None else test_mask[i:i + chunk]
-        z, _, idx, _, out = model(x, mask)
+        z, q, idx, _, out = model(x, mask)
         s, c = model.host.sq_error(out, x, mask)
         se, count = se + float(s), count + float(c)
         keep = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device) if mask is None else mask
+        distortion += float((q - z)[keep].pow(2).sum())
+        energy += float(z[keep].pow(2).sum())
         idx = idx.reshape(*z.shape[:2], -1)  # (B, N, levels)
         if usage is None:
             usage = [CodeUsage(model.quantizer.num_codes) for _ in range(idx.shape[-1])]
@@ -204,7 +208,7 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
     model.train()
     real = torch.cat(tokens)  # (B, N, D) or (N, D) when masked: the real test latents
     row = dict(mse=se / count, perplexity=min(u.perplexity for u in usage), codes_used=min(u.codes_used for u in usage),
-               latent_rms=float(real.pow(2).mean().sqrt()))
+               latent_rms=float(real.pow(2).mean().sqrt()), relative_distortion=distortion / max(energy, 1e-30))
     if len(usage) > 1:
         row["perplexity_per_level"] = [u.perplexity for u in usage]
     if patches is not None:  # how many codes the blank patches spread over; the perplexity among the others
