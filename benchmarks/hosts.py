@@ -16,8 +16,8 @@ mask where it has padding, so one adapter serves every quantizer in every host. 
 the same host weights and sees the same batches, interleaved (load hits them alike); each draws its own random
 numbers (``OwnRandomness``). Every ``--eval-every`` steps: test MSE (over real patches), test perplexity and codes
 used (one histogram over all real test latents; the residual host: each level's, and their minimum), the latents'
-relative distortion (sum ||q - z||^2 / sum ||z||^2 over the real test latents: how much of the latent the code the
-decoder receives loses, whatever the latents' scale), and for VQ-WAE the transport diagnostics of ``vqwae.quantizers.diagnostics`` (goal 3 of issue #34). In the ``sequence`` host
+relative distortion (the mean ||q - z||^2 over the real test latents over their mean ||z - mean z||^2: the share of the
+latents' spread that the code the decoder receives loses, whatever their scale), and for VQ-WAE the transport diagnostics of ``vqwae.quantizers.diagnostics`` (goal 3 of issue #34). In the ``sequence`` host
 also the perplexity of the codes of blank patches (how many codes one input spreads over) and of the others;
 its metadata holds the blank share of the real test tokens and the perplexity bound it sets (``blank_bound``). In
 an image host, the codes and perplexity of the far-blank positions (``common.blank_positions``: MNIST's background)
@@ -174,7 +174,7 @@ def _wasserstein_levels(quantizer: nn.Module) -> list:
 def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None, seed: int) -> dict:
     model.eval()
     se = count = 0.0
-    distortion = energy = 0.0  # the latents' squared quantization error, and their squared norm
+    distortion = 0.0  # the latents' summed squared quantization error
     usage, tokens = None, []
     # the sequence host: codes of the real tokens whose 4x4 patch is blank (all zero), and of the others; an image
     # host: of the far-blank positions (``blank_positions``) and of the others
@@ -190,7 +190,6 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
         se, count = se + float(s), count + float(c)
         keep = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device) if mask is None else mask
         distortion += float((q - z)[keep].pow(2).sum())
-        energy += float(z[keep].pow(2).sum())
         idx = idx.reshape(*z.shape[:2], -1)  # (B, N, levels)
         if usage is None:
             usage = [CodeUsage(model.quantizer.num_codes) for _ in range(idx.shape[-1])]
@@ -208,7 +207,12 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
     model.train()
     real = torch.cat(tokens)  # (B, N, D) or (N, D) when masked: the real test latents
     row = dict(mse=se / count, perplexity=min(u.perplexity for u in usage), codes_used=min(u.codes_used for u in usage),
-               latent_rms=float(real.pow(2).mean().sqrt()), relative_distortion=distortion / max(energy, 1e-30))
+               latent_rms=float(real.pow(2).mean().sqrt()))
+    # per latent: the squared error of the code the decoder receives, and the latents' spread about their mean
+    flat_real = real.reshape(-1, real.shape[-1])
+    spread = float((flat_real - flat_real.mean(0)).pow(2).sum(-1).mean())
+    row.update(latent_distortion=distortion / len(flat_real), latent_variance=spread,
+               relative_distortion=distortion / len(flat_real) / max(spread, 1e-30))
     if len(usage) > 1:
         row["perplexity_per_level"] = [u.perplexity for u in usage]
     if patches is not None:  # how many codes the blank patches spread over; the perplexity among the others
