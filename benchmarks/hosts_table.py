@@ -83,7 +83,7 @@ def table(cells: dict, step: str = "ratio") -> str:
             if len(rows) >= 3:
                 wins = sum(lowest[r["seed"]][1] == q for r in rows)
                 mse += f", median {statistics.median(r['mse'] for r in rows):.5f}, lowest on {wins} of {len(rows)} seeds"
-            if means[q] == best:
+            if means[q] == best and len(quantizers) > 1:  # a quantizer alone in its cell is nobody's best
                 mse = f"**{mse}**"
             elif len(rows) > 1 and means[q] - best <= spread:
                 mse += " (within spread)"
