@@ -16,9 +16,10 @@ mask where it has padding, so one adapter serves every quantizer in every host. 
 the same host weights and sees the same batches, interleaved (load hits them alike); each draws its own random
 numbers (``OwnRandomness``). Every ``--eval-every`` steps: test MSE (over real patches), test perplexity and codes
 used (one histogram over all real test latents; the residual host: each level's, and their minimum), the latents'
-relative distortion (the mean ||q - z||^2 over the real test latents over their mean ||z - mean z||^2: the share of the
-latents' spread that the code the decoder receives loses, whatever their scale), and for VQ-WAE the transport diagnostics of ``vqwae.quantizers.diagnostics`` (goal 3 of issue #34). In the ``sequence`` host
-also the perplexity of the codes of blank patches (how many codes one input spreads over) and of the others;
+relative distortion (the mean ||q - z||^2 over the real test latents over their mean ||z - mean z||^2: the share of
+their spread that the code the decoder receives loses, whatever their scale), and for VQ-WAE the transport
+diagnostics of ``vqwae.quantizers.diagnostics`` (goal 3 of issue #34). In the ``sequence`` host also the
+perplexity of the codes of blank patches (how many codes one input spreads over) and of the others;
 its metadata holds the blank share of the real test tokens and the perplexity bound it sets (``blank_bound``). In
 an image host, the codes and perplexity of the far-blank positions (``common.blank_positions``: MNIST's background)
 and of the others.

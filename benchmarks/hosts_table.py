@@ -1,7 +1,7 @@
 """The host zoo's table from the result files of ``benchmarks/hosts.py``: one row per host x dataset x K x quantizer,
 the test MSE as the mean over seeds with every seed's value, the test perplexity (mean, and the lowest evaluation
-after step 1,000: the collapse check), the step time over VQ-VAE's, and for VQ-WAE the transport cells' total
-variation from pi against its sampling floor and the W ratio.
+after step 1,000: the collapse check) with the codes used on each seed, the step time over VQ-VAE's (or in ms),
+and for VQ-WAE the transport cells' total variation from pi against its sampling floor and the W ratio.
 
     .venv/bin/python benchmarks/hosts_table.py benchmarks/results/host_*_3000_seed*.json
     .venv/bin/python benchmarks/hosts_table.py --at 1500 benchmarks/results/host_*_gpu.json   # runs cut short
@@ -90,12 +90,12 @@ def table(cells: dict, step: str = "ratio") -> str:
             ppl = statistics.mean(r["perplexity"] for r in rows)
             low = min(r["min_ppl_after_1000"] for r in rows)
             codes = " / ".join(f"{r['codes_used']:,}" for r in rows)  # per seed: one seed's unused codes show
-            ratio = [r[step_key] for r in rows if r.get(step_key)]
+            step_times = [r[step_key] for r in rows if r.get(step_key)]
             tv = [(r["tv_cells"], r["tv_floor"]) for r in rows if "tv_cells" in r]
             w = [r["w_ratio"] for r in rows if r.get("w_ratio") is not None]
             lines.append(
                 f"| {host} | {dataset} | {k} | {steps} | {q} | {mse} | {ppl:.0f} ({low:.0f}), {codes} "
-                f"| {fmt(statistics.mean(ratio) if ratio else None, step_spec)} "
+                f"| {fmt(statistics.mean(step_times) if step_times else None, step_spec)} "
                 f"| {' / '.join(f'{a:.3f}' for a in map(statistics.mean, zip(*tv))) if tv else '-'} "
                 f"| {fmt(statistics.mean(w) if w else None, '.2f')} |")
     return "\n".join(lines)
