@@ -9,8 +9,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from vqwae.ot import nearest_code, squared_distances
 from vqwae.ot.cost import MIN_BLOCK, min_rows
-from vqwae.ot.semidiscrete import (SemiDiscreteSolver, ascend_potential, assign, assignment_mass, fit_potential,
-                                   semi_dual_value, sparse_step)
+from vqwae.ot.semidiscrete import (SemiDiscreteSolver, ascend_potential, assign, fit_potential, semi_dual_value,
+                                   sparse_step)
 from vqwae.quantizers import PaperWassersteinQuantizer, WassersteinQuantizer
 
 from tests.helpers import NoHostSync
@@ -147,12 +147,13 @@ def test_ascent_preserves_the_mean_of_the_potential_and_uses_the_assignment_mass
 
 
 def _potential_step_noise(solver, latents: int, seed: int = 0) -> float:
-    """The spread over codes of one training step's move of the potential, for latents drawn exactly from pi."""
+    """The spread over codes of one training step's move of the potential (``update_state``, the training step's
+    public entry), for latents assigned exactly as pi weighs the codes (their values only set the cost scale)."""
     k = solver.num_codes
-    pi = torch.full((1, k), 1 / k)
+    log_pi = torch.full((1, k), 1 / k).log()
     a = torch.randint(0, k, (latents, 1), generator=torch.Generator().manual_seed(seed))
     before = solver.potential.clone()
-    solver._ascend(assignment_mass(a, 1, k), torch.tensor(1.0), pi, count=latents)
+    solver.update_state(torch.zeros(latents, 1, 1), a, None, torch.zeros(()), log_pi)
     return float((solver.potential - before).std())
 
 
