@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import fcntl
 import json
 import platform
 import statistics
@@ -278,6 +279,7 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--pack", default=None, help="read the images from this file (benchmarks/device_pack.py)")
     args = ap.parse_args()
+    _lock = claim(result_path(args))  # held until the process ends
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -335,6 +337,25 @@ def main():
             write(args, names, times, curves, data_meta)
 
 
+def result_path(args) -> Path:
+    """The cell's result file: one per host, data set, K, steps, seed and tag (not per model: the tag tells runs apart)."""
+    stem = f"host_{args.host}_{args.dataset}_k{args.num_codes}_{args.steps}_seed{args.seed}" + (
+        f"_{args.tag}" if args.tag else "")
+    return HERE / "results" / f"{stem}.json"
+
+
+def claim(out: Path):
+    """Refuse to start while another process writes ``out``: two runs of one cell and tag would overwrite each
+    other's rows at every evaluation (it lost a row once). The lock is the OS's, so a killed run leaves none held."""
+    out.parent.mkdir(exist_ok=True)
+    handle = open(out.with_suffix(".lock"), "w")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"error: another run is writing {out.name}; give this one its own --tag") from None
+    return handle
+
+
 def write(args, names, times, curves, data_meta: dict) -> Path:
     """The result file (rewritten at every evaluation, so a killed run keeps what it measured) and its plot."""
     vq = statistics.median(times["VQ-VAE"]) if "VQ-VAE" in times else None
@@ -349,10 +370,7 @@ def write(args, names, times, curves, data_meta: dict) -> Path:
                 machine=f"{platform.machine()} {torch.get_num_threads()} thread(s)" + (
                     f", {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
                 command="python benchmarks/hosts.py " + " ".join(sys.argv[1:]))
-    stem = f"host_{args.host}_{args.dataset}_k{args.num_codes}_{args.steps}_seed{args.seed}" + (
-        f"_{args.tag}" if args.tag else "")
-    out = HERE / "results" / f"{stem}.json"
-    out.parent.mkdir(exist_ok=True)
+    out = result_path(args)
     out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves), indent=1))
     plot(curves, out.with_suffix(".png"), f"{args.host}, {args.dataset}, K = {args.num_codes}, seed {args.seed}")
     return out
