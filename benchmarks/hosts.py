@@ -33,7 +33,8 @@ and of the others.
 ``--device cuda`` times each step to its end (a synchronisation after it). ``--pack FILE`` reads the images from a
 file of encoded images written by ``benchmarks/device_pack.py`` (for a machine without the data sets).
 
-Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_<tag>].json and a PNG of the curves.
+Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_<tag>].json and a PNG of the curves. A second run
+of the same cell and tag refuses to start while the first is writing (give it its own ``--tag``).
 """
 from __future__ import annotations
 
