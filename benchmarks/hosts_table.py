@@ -12,6 +12,9 @@ its ratio to VQ-VAE's, for cells without VQ-VAE in the process (the large codebo
 
     R=benchmarks/results; .venv/bin/python benchmarks/hosts_table.py --step ms $R/host_*_k16384_1000_seed*_{largek,largek2,largek3,peers}.json
 
+``--against QUANTIZER`` prints, instead of the table, each quantizer's test MSE over that one's on every run both
+have (cell x seed): the geometric mean of the ratios, their range and on how many runs it is lower (lab 52m).
+
 ``--at STEP`` reads every run at that evaluation (runs that did not reach it are left out); the step-time column
 is then the whole run's.
 
@@ -101,6 +104,23 @@ def table(cells: dict, step: str = "ratio") -> str:
     return "\n".join(lines)
 
 
+def against(cells: dict, reference: str) -> str:
+    """Each quantizer's test MSE over ``reference``'s on every run (cell x seed) both have: the geometric mean of the
+    ratios, their range and on how many runs it is lower. One ratio per run, so a cell's mean does not hide a seed."""
+    ratios = defaultdict(list)
+    for quantizers in cells.values():
+        ref = {r["seed"]: r["mse"] for r in quantizers.get(reference, [])}
+        for q, rows in quantizers.items():
+            ratios[q] += [r["mse"] / ref[r["seed"]] for r in rows if q != reference and r["seed"] in ref]
+    lines = [f"| quantizer | test MSE over {reference}'s: geometric mean | range | runs where it is lower |",
+             "| --- | --- | --- | --- |"]
+    for q, v in sorted(ratios.items()):
+        if v:
+            lines.append(f"| {q} | {statistics.geometric_mean(v) - 1:+.1%} | {min(v) - 1:+.0%} to {max(v) - 1:+.0%} "
+                         f"| {sum(x < 1 for x in v)} of {len(v)} |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", type=Path)
@@ -108,9 +128,12 @@ def main():
     ap.add_argument("--models", default=None, help="comma-separated quantizers to show (default: every one)")
     ap.add_argument("--step", choices=("ratio", "ms"), default="ratio",
                     help="the step time: ratio to VQ-VAE's in the same process (default), or ms")
+    ap.add_argument("--against", default=None, metavar="QUANTIZER",
+                    help="instead of the table: every quantizer's MSE over this one's, run by run (geometric mean)")
     args = ap.parse_args()
     models = None if args.models is None else {m.strip() for m in args.models.split(",")}
-    print(table(load(args.files, args.at, models), args.step))
+    cells = load(args.files, args.at, models)
+    print(against(cells, args.against) if args.against else table(cells, args.step))
 
 
 if __name__ == "__main__":
