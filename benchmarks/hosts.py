@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import fcntl
 import json
 import platform
 import statistics
@@ -60,6 +59,7 @@ from host_networks import HOSTS, PATCH, TOKENS, blank_bound, build_host, random_
 from vqwae.data import load_splits  # noqa: E402
 from vqwae.metrics.usage import CodeUsage  # noqa: E402
 from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer, diagnostics  # noqa: E402
+from vqwae.training.lock import RunFolderBusy, RunLock  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 #: The most (latent, code) distances an evaluation forward makes (1 GiB in float32): K = 65,536 in 64 images.
@@ -280,7 +280,10 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--pack", default=None, help="read the images from this file (benchmarks/device_pack.py)")
     args = ap.parse_args()
-    _lock = claim(result_path(args))  # held until the process ends
+    try:  # two runs of one cell and tag would overwrite each other's rows at every evaluation (it lost a row once)
+        _lock = RunLock(HERE / "results" / ".locks" / result_path(args).stem).acquire()  # held until the process ends
+    except RunFolderBusy as busy:
+        raise SystemExit(f"error: {busy}; or give this run its own --tag") from None
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -345,18 +348,6 @@ def result_path(args) -> Path:
     return HERE / "results" / f"{stem}.json"
 
 
-def claim(out: Path):
-    """Refuse to start while another process writes ``out``: two runs of one cell and tag would overwrite each
-    other's rows at every evaluation (it lost a row once). The lock is the OS's, so a killed run leaves none held."""
-    out.parent.mkdir(exist_ok=True)
-    handle = open(out.with_suffix(".lock"), "w")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise SystemExit(f"error: another run is writing {out.name}; give this one its own --tag") from None
-    return handle
-
-
 def write(args, names, times, curves, data_meta: dict) -> Path:
     """The result file (rewritten at every evaluation, so a killed run keeps what it measured) and its plot."""
     vq = statistics.median(times["VQ-VAE"]) if "VQ-VAE" in times else None
@@ -372,6 +363,7 @@ def write(args, names, times, curves, data_meta: dict) -> Path:
                     f", {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
                 command="python benchmarks/hosts.py " + " ".join(sys.argv[1:]))
     out = result_path(args)
+    out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves), indent=1))
     plot(curves, out.with_suffix(".png"), f"{args.host}, {args.dataset}, K = {args.num_codes}, seed {args.seed}")
     return out
