@@ -33,8 +33,12 @@ and of the others.
 ``--device cuda`` times each step to its end (a synchronisation after it). ``--pack FILE`` reads the images from a
 file of encoded images written by ``benchmarks/device_pack.py`` (for a machine without the data sets).
 
-Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_<tag>].json and a PNG of the curves. A second run
-of the same cell and tag refuses to start while the first is writing (give it its own ``--tag``).
+``--stream N`` runs the cell again with the quantizers' own random numbers (k-means starts, re-seeds, data starts)
+drawn afresh, on the seed's host weights and batches: how far one run of a cell is from another (lab 52n).
+
+Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_stream<N>][_<tag>].json and a PNG of the
+curves. A second run of the same cell, stream and tag refuses to start while the first is writing (give it its own
+``--tag``).
 """
 from __future__ import annotations
 
@@ -277,6 +281,10 @@ def main():
                          "and draws its random numbers: a paired comparison with the default's own run)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tag", default="")
+    ap.add_argument("--stream", type=int, default=0,
+                    help="draw the quantizers' random numbers from stream N of the seed (0: the seed's own); the "
+                         "host weights and batches stay the seed's: a second run of a cell measures the quantizers' "
+                         "own noise")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--pack", default=None, help="read the images from this file (benchmarks/device_pack.py)")
     args = ap.parse_args()
@@ -315,7 +323,7 @@ def main():
     models, opts, rngs, times, curves = {}, {}, {}, {}, {}
     for n in names:
         models[n], opts[n] = build_model(args.host, channels, factories[n], args.seed, device)
-        rngs[n], times[n], curves[n] = OwnRandomness(args.seed, n, cuda), [], []
+        rngs[n], times[n], curves[n] = OwnRandomness(args.seed, stream_name(n, args.stream), cuda), [], []
     mask_gen = torch.Generator().manual_seed(args.seed + 7)
     test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
     data_meta = blank_bound(test_x, test_mask, args.num_codes) if sequence else {}
@@ -341,10 +349,17 @@ def main():
             write(args, names, times, curves, data_meta)
 
 
+def stream_name(model: str, stream: int) -> str:
+    """What seeds a model's own random numbers: its name, and on stream N > 0 the name and N (stream 0 is the seed's
+    own draws, so every run made before streams existed is stream 0)."""
+    return model if stream == 0 else f"{model} (stream {stream})"
+
+
 def result_path(args) -> Path:
-    """The cell's result file: one per host, data set, K, steps, seed and tag (not per model: the tag tells runs apart)."""
+    """The cell's result file: one per host, data set, K, steps, seed, stream and tag (not per model: the tag tells
+    runs apart)."""
     stem = f"host_{args.host}_{args.dataset}_k{args.num_codes}_{args.steps}_seed{args.seed}" + (
-        f"_{args.tag}" if args.tag else "")
+        f"_stream{args.stream}" if args.stream else "") + (f"_{args.tag}" if args.tag else "")
     return HERE / "results" / f"{stem}.json"
 
 
@@ -356,7 +371,7 @@ def write(args, names, times, curves, data_meta: dict) -> Path:
     from importlib.metadata import version
 
     meta = dict(host=args.host, dataset=args.dataset, num_codes=args.num_codes, steps=args.steps, seed=args.seed,
-                **data_meta,
+                stream=args.stream, **data_meta,
                 date=datetime.now(timezone.utc).isoformat(), torch=torch.__version__,
                 vector_quantize_pytorch=version("vector-quantize-pytorch"),
                 machine=f"{platform.machine()} {torch.get_num_threads()} thread(s)" + (

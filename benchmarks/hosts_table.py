@@ -6,14 +6,16 @@ and for VQ-WAE the transport cells' total variation from pi against its sampling
     .venv/bin/python benchmarks/hosts_table.py benchmarks/results/host_*_3000_seed*.json
     .venv/bin/python benchmarks/hosts_table.py --at 1500 benchmarks/results/host_*_gpu.json   # runs cut short
 
-A quantizer run twice on one seed (two files of the same cell) counts once, the latest run; ``--models`` keeps only
+A quantizer run twice on one seed and stream (two files of the same cell) counts once, the latest run; each stream of
+a seed (``hosts.py --stream``) is a run of its own, listed after the seed's first (the columns "per seed" then hold
+one value per run); ``--models`` keeps only
 the quantizers named. ``--step ms`` prints each quantizer's milliseconds a step (the mean over its seeds) instead of
 its ratio to VQ-VAE's, for cells without VQ-VAE in the process (the large codebooks of issue #67):
 
     R=benchmarks/results; .venv/bin/python benchmarks/hosts_table.py --step ms $R/host_*_k16384_1000_seed*_{largek,largek2,largek3,peers}.json
 
 ``--against QUANTIZER`` prints, instead of the table, each quantizer's test MSE over that one's on every run both
-have (cell x seed): the geometric mean of the ratios, their range and on how many runs it is lower (lab 52m).
+have (cell x seed x stream): the geometric mean of the ratios, their range and on how many runs it is lower (lab 52m).
 
 ``--at STEP`` reads every run at that evaluation (runs that did not reach it are left out); the step-time column
 is then the whole run's.
@@ -37,7 +39,7 @@ def load(paths: list[Path], at: int | None = None, models: set[str] | None = Non
     lowest perplexity from step 1,000 on. A quantizer run on the same seed in several files counts once: the latest
     run (the files' dates), so a cell can join an older process's peers to a newer run of a changed default.
     ``models``: only these quantizers (None: all)."""
-    latest = {}  # (cell, quantizer, seed) -> (date, row)
+    latest = {}  # (cell, quantizer, (seed, stream)) -> (date, row)
     for p in paths:
         d = json.loads(p.read_text())
         m = d["meta"]
@@ -50,11 +52,12 @@ def load(paths: list[Path], at: int | None = None, models: set[str] | None = Non
             if not curve or curve[-1]["step"] != steps:
                 continue  # a run that did not reach that step
             later = [c["perplexity"] for c in curve if c["step"] >= 1000] or [curve[-1]["perplexity"]]
-            entry = dict(row, **curve[-1], seed=m["seed"], min_ppl_after_1000=min(later))
-            slot, date = (key, row["quantizer"], m["seed"]), m.get("date", "")
+            run = (m["seed"], m.get("stream", 0))  # files written before streams existed are stream 0
+            entry = dict(row, **curve[-1], seed=m["seed"], run=run, min_ppl_after_1000=min(later))
+            slot, date = (key, row["quantizer"], run), m.get("date", "")
             if slot not in latest or date >= latest[slot][0]:
                 latest[slot] = (date, entry)
-    cells = defaultdict(lambda: defaultdict(list))  # table() orders each quantizer's rows by seed
+    cells = defaultdict(lambda: defaultdict(list))  # table() orders each quantizer's rows by run
     for (key, quantizer, _), (_, entry) in latest.items():
         cells[key][quantizer].append(entry)
     return cells
@@ -76,16 +79,17 @@ def table(cells: dict, step: str = "ratio") -> str:
         spread = max((max(r["mse"] for r in rows) - min(r["mse"] for r in rows) for rows in quantizers.values()),
                      default=0.0)
         best = min(means.values())
-        lowest = defaultdict(lambda: (float("inf"), None))  # seed -> (the lowest MSE on that seed, its quantizer)
+        lowest = defaultdict(lambda: (float("inf"), None))  # run -> (the lowest MSE on that run, its quantizer)
         for q, rows in quantizers.items():
             for r in rows:
-                lowest[r["seed"]] = min(lowest[r["seed"]], (r["mse"], q))
+                lowest[r["run"]] = min(lowest[r["run"]], (r["mse"], q))
         for q, rows in quantizers.items():
-            rows = sorted(rows, key=lambda r: r["seed"])
+            rows = sorted(rows, key=lambda r: r["run"])
             mse = f"{means[q]:.5f} ({' / '.join(format(r['mse'], '.5f') for r in rows)})"
             if len(rows) >= 3:
-                wins = sum(lowest[r["seed"]][1] == q for r in rows)
-                mse += f", median {statistics.median(r['mse'] for r in rows):.5f}, lowest on {wins} of {len(rows)} seeds"
+                wins = sum(lowest[r["run"]][1] == q for r in rows)
+                unit = "runs" if any(r["run"][1] for r in rows) else "seeds"  # a seed's streams are runs too
+                mse += f", median {statistics.median(r['mse'] for r in rows):.5f}, lowest on {wins} of {len(rows)} {unit}"
             if means[q] == best and len(quantizers) > 1:  # a quantizer alone in its cell is nobody's best
                 mse = f"**{mse}**"
             elif len(rows) > 1 and means[q] - best <= spread:
@@ -105,13 +109,13 @@ def table(cells: dict, step: str = "ratio") -> str:
 
 
 def against(cells: dict, reference: str) -> str:
-    """Each quantizer's test MSE over ``reference``'s on every run (cell x seed) both have: the geometric mean of the
+    """Each quantizer's test MSE over ``reference``'s on every run (cell x seed x stream) both have: the geometric mean of the
     ratios, their range and on how many runs it is lower. One ratio per run, so a cell's mean does not hide a seed."""
     ratios = defaultdict(list)
     for quantizers in cells.values():
-        ref = {r["seed"]: r["mse"] for r in quantizers.get(reference, [])}
+        ref = {r["run"]: r["mse"] for r in quantizers.get(reference, [])}
         for q, rows in quantizers.items():
-            ratios[q] += [r["mse"] / ref[r["seed"]] for r in rows if q != reference and r["seed"] in ref]
+            ratios[q] += [r["mse"] / ref[r["run"]] for r in rows if q != reference and r["run"] in ref]
     lines = [f"| quantizer | test MSE over {reference}'s: geometric mean | range | runs where it is lower |",
              "| --- | --- | --- | --- |"]
     for q, v in sorted(ratios.items()):
