@@ -15,7 +15,8 @@ its ratio to VQ-VAE's, for cells without VQ-VAE in the process (the large codebo
     R=benchmarks/results; .venv/bin/python benchmarks/hosts_table.py --step ms $R/host_*_k16384_1000_seed*_{largek,largek2,largek3,peers}.json
 
 ``--against QUANTIZER`` prints, instead of the table, each quantizer's test MSE over that one's on every run both
-have (cell x seed x stream): the geometric mean of the ratios, their range and on how many runs it is lower (lab 52m).
+have (cell x seed x stream): the geometric mean and the median of the ratios, their range and on how many runs it is
+lower (lab 52m, 52n).
 
 ``--at STEP`` reads every run at that evaluation (runs that did not reach it are left out); the step-time column
 is then the whole run's.
@@ -109,19 +110,19 @@ def table(cells: dict, step: str = "ratio") -> str:
 
 
 def against(cells: dict, reference: str) -> str:
-    """Each quantizer's test MSE over ``reference``'s on every run (cell x seed x stream) both have: the geometric mean of the
-    ratios, their range and on how many runs it is lower. One ratio per run, so a cell's mean does not hide a seed."""
+    """Each quantizer's test MSE over ``reference``'s on every run (cell x seed x stream) both have: the geometric mean
+    and the median of the ratios, their range and on how many runs it is lower. One ratio per run, so a cell's mean does not hide a seed."""
     ratios = defaultdict(list)
     for quantizers in cells.values():
         ref = {r["run"]: r["mse"] for r in quantizers.get(reference, [])}
         for q, rows in quantizers.items():
             ratios[q] += [r["mse"] / ref[r["run"]] for r in rows if q != reference and r["run"] in ref]
-    lines = [f"| quantizer | test MSE over {reference}'s: geometric mean | range | runs where it is lower |",
-             "| --- | --- | --- | --- |"]
+    lines = [f"| quantizer | test MSE over {reference}'s: geometric mean | median | range | runs where it is lower |",
+             "| --- | --- | --- | --- | --- |"]
     for q, v in sorted(ratios.items()):
-        if v:
-            lines.append(f"| {q} | {statistics.geometric_mean(v) - 1:+.1%} | {min(v) - 1:+.0%} to {max(v) - 1:+.0%} "
-                         f"| {sum(x < 1 for x in v)} of {len(v)} |")
+        if v:  # the median beside the mean: one run caught in a collapse moves the mean, not the median
+            lines.append(f"| {q} | {statistics.geometric_mean(v) - 1:+.1%} | {statistics.median(v) - 1:+.1%} "
+                         f"| {min(v) - 1:+.0%} to {max(v) - 1:+.0%} | {sum(x < 1 for x in v)} of {len(v)} |")
     return "\n".join(lines)
 
 
@@ -133,7 +134,8 @@ def main():
     ap.add_argument("--step", choices=("ratio", "ms"), default="ratio",
                     help="the step time: ratio to VQ-VAE's in the same process (default), or ms")
     ap.add_argument("--against", default=None, metavar="QUANTIZER",
-                    help="instead of the table: every quantizer's MSE over this one's, run by run (geometric mean)")
+                    help="instead of the table: every quantizer's MSE over this one's, run by run (geometric mean, "
+                         "median)")
     args = ap.parse_args()
     models = None if args.models is None else {m.strip() for m in args.models.split(",")}
     cells = load(args.files, args.at, models)
