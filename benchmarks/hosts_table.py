@@ -90,7 +90,8 @@ def table(cells: dict, step: str = "ratio") -> str:
             if len(rows) >= 3:
                 wins = sum(lowest[r["run"]][1] == q for r in rows)
                 unit = "runs" if any(r["run"][1] for r in rows) else "seeds"  # a seed's streams are runs too
-                mse += f", median {statistics.median(r['mse'] for r in rows):.5f}, lowest on {wins} of {len(rows)} {unit}"
+                median = statistics.median(r["mse"] for r in rows)
+                mse += f", median {median:.5f}, lowest on {wins} of {len(rows)} {unit}"
             if means[q] == best and len(quantizers) > 1:  # a quantizer alone in its cell is nobody's best
                 mse = f"**{mse}**"
             elif len(rows) > 1 and means[q] - best <= spread:
@@ -111,7 +112,8 @@ def table(cells: dict, step: str = "ratio") -> str:
 
 def against(cells: dict, reference: str) -> str:
     """Each quantizer's test MSE over ``reference``'s on every run (cell x seed x stream) both have: the geometric mean
-    and the median of the ratios, their range and on how many runs it is lower. One ratio per run, so a cell's mean does not hide a seed."""
+    and the median of the ratios, their range and on how many runs it is lower. One ratio per run, so a cell's mean
+    does not hide a seed."""
     ratios = defaultdict(list)
     for quantizers in cells.values():
         ref = {r["run"]: r["mse"] for r in quantizers.get(reference, [])}
