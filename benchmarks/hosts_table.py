@@ -54,7 +54,7 @@ def load(paths: list[Path], at: int | None = None, models: set[str] | None = Non
                 continue  # a run that did not reach that step
             later = [c["perplexity"] for c in curve if c["step"] >= 1000] or [curve[-1]["perplexity"]]
             run = (m["seed"], m.get("stream", 0))  # files written before streams existed are stream 0
-            entry = dict(row, **curve[-1], seed=m["seed"], run=run, min_ppl_after_1000=min(later))
+            entry = dict(row, **curve[-1], run=run, min_ppl_after_1000=min(later))
             slot, date = (key, row["quantizer"], run), m.get("date", "")
             if slot not in latest or date >= latest[slot][0]:
                 latest[slot] = (date, entry)
