@@ -33,8 +33,9 @@ and of the others.
 ``--device cuda`` times each step to its end (a synchronisation after it). ``--pack FILE`` reads the images from a
 file of encoded images written by ``benchmarks/device_pack.py`` (for a machine without the data sets).
 
-``--stream N`` runs the cell again with the quantizers' own random numbers (k-means starts, re-seeds, data starts)
-drawn afresh, on the seed's host weights and batches: how far one run of a cell is from another (lab 52n).
+``--stream N`` runs the cell again with the random numbers the quantizers draw while training (k-means starts,
+re-seeds, data starts) drawn afresh, on the seed's host weights, batches and quantizer construction: how far one run
+of a cell is from another (lab 52n).
 
 Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_stream<N>][_<tag>].json and a PNG of the
 curves. A second run of the same cell, stream and tag refuses to start while the first is writing (give it its own
@@ -288,6 +289,8 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--pack", default=None, help="read the images from this file (benchmarks/device_pack.py)")
     args = ap.parse_args()
+    if args.stream < 0:
+        raise SystemExit(f"error: --stream must be 0 or more, not {args.stream}")
     try:  # two runs of one cell and tag would overwrite each other's rows at every evaluation (it lost a row once)
         _lock = RunLock(HERE / "results" / ".locks" / result_path(args).stem).acquire()  # held until the process ends
     except RunFolderBusy as busy:
