@@ -118,10 +118,14 @@ def parse_settings(text: str) -> dict:
 
 class OwnRandomness:
     """Swaps a model's own global-RNG state in around its steps: PyTorch's global generator is shared, so without
-    this a model's random draws (e.g. the data start's randperm) would depend on what the models before it drew."""
+    this a model's random draws (e.g. the data start's randperm) would depend on what the models before it drew.
+    The state is seeded by ``seed`` and the model's ``name``; ``stream`` N > 0 draws another run's numbers for the
+    same seed and name (``hosts.py --stream``; stream 0 is every run made before streams existed)."""
 
-    def __init__(self, seed: int, name: str, cuda: bool = False):
+    def __init__(self, seed: int, name: str, cuda: bool = False, stream: int = 0):
         self.cuda = cuda  # also swap the current CUDA device's generator (draws made on the GPU)
+        if stream:
+            name = f"{name} (stream {stream})"
         with torch.random.fork_rng(devices=[torch.cuda.current_device()] if cuda else []):
             torch.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
             self.state = self._get()

@@ -326,7 +326,7 @@ def main():
     models, opts, rngs, times, curves = {}, {}, {}, {}, {}
     for n in names:
         models[n], opts[n] = build_model(args.host, channels, factories[n], args.seed, device)
-        rngs[n], times[n], curves[n] = OwnRandomness(args.seed, stream_name(n, args.stream), cuda), [], []
+        rngs[n], times[n], curves[n] = OwnRandomness(args.seed, n, cuda, args.stream), [], []
     mask_gen = torch.Generator().manual_seed(args.seed + 7)
     test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
     data_meta = blank_bound(test_x, test_mask, args.num_codes) if sequence else {}
@@ -350,12 +350,6 @@ def main():
                 + (f" tv {c[-1]['tv_cells']:.3f}/{c[-1]['tv_floor']:.3f} w {c[-1]['w_ratio'] or 0:.3f}"
                    if "tv_cells" in c[-1] else "") for n, c in curves.items()), flush=True)
             write(args, names, times, curves, data_meta)
-
-
-def stream_name(model: str, stream: int) -> str:
-    """What seeds a model's own random numbers: its name, and on stream N > 0 the name and N (stream 0 is the seed's
-    own draws, so every run made before streams existed is stream 0)."""
-    return model if stream == 0 else f"{model} (stream {stream})"
 
 
 def result_path(args) -> Path:

@@ -8,8 +8,7 @@ and for VQ-WAE the transport cells' total variation from pi against its sampling
 
 A quantizer run twice on one seed and stream (two files of the same cell) counts once, the latest run; each stream of
 a seed (``hosts.py --stream``) is a run of its own, listed after the seed's first (the columns "per seed" then hold
-one value per run); ``--models`` keeps only
-the quantizers named. ``--step ms`` prints each quantizer's milliseconds a step (the mean over its seeds) instead of
+one value per run); ``--models`` keeps only the quantizers named. ``--step ms`` prints each quantizer's milliseconds a step (the mean over its seeds) instead of
 its ratio to VQ-VAE's, for cells without VQ-VAE in the process (the large codebooks of issue #67):
 
     R=benchmarks/results; .venv/bin/python benchmarks/hosts_table.py --step ms $R/host_*_k16384_1000_seed*_{largek,largek2,largek3,peers}.json
