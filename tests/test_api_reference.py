@@ -76,3 +76,22 @@ def test_a_quantizers_parameter_table_names_its_configuration_fields(name):
     fields = [f.name for f in dataclasses.fields(cls.config_class)]
     assert sorted(documented) == sorted(fields), (sorted(set(fields) - set(documented)),
                                                   sorted(set(documented) - set(fields)))
+
+
+@pytest.mark.parametrize("package", PACKAGES + ["vqwae.figures", "vqwae.studies", "vqwae.reproduce"])
+def test_every_exported_value_has_a_docstring_in_the_reference(package):
+    """What the reference reads statically (griffe): an exported registry or constant (``QUANTIZERS``, ``SOLVERS``,
+    ``LOADERS``, ``PRESETS``, ...) has the docstring written after its assignment, not a bare value."""
+    griffe = pytest.importorskip("griffe")
+    loaded = griffe.load(package, search_paths=["src"], resolve_aliases=True)
+    module = importlib.import_module(package)
+    bare = []
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismodule(obj):
+            continue
+        member = loaded[name]
+        target = member.final_target if member.is_alias else member
+        if not (target.docstring and target.docstring.value.strip()):
+            bare.append(name)
+    assert not bare, f"exported without a docstring: {bare}"

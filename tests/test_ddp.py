@@ -21,3 +21,18 @@ def test_torchrun_two_ranks_uneven_shares_resume_and_residual_dropout(tmp_path, 
     levels = [(tmp_path / f"levels.rank{k}").read_text() for k in (0, 1)]
     assert levels[0] == levels[1] and len(set(levels[0].split(","))) > 1  # the same draws, and more than one
     assert (tmp_path / "codes.safetensors").is_file()
+
+
+def test_torchrun_with_a_global_batch_larger_than_the_data_is_refused_in_one_line(tmp_path):
+    """2 processes x batch 32 = 64 > 40 images: no rank would take a step (epoch_batches keeps whole global
+    batches); each rank says so in one line and writes nothing (it crashed with UnboundLocalError)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "-m", "vqwae", "train",
+                        "--dataset", "digits", "--train-limit", "40", "--eval-limit", "20", "--batch-size", "32",
+                        "--device", "cpu", "--out", str(tmp_path / "run")], capture_output=True, text=True, env=env,
+                       timeout=180)
+    assert r.returncode != 0
+    said = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(said) == 2 and all("a global batch of 64 (2 processes x --batch-size 32) is more than the 40" in s
+                                  for s in said), r.stderr[-2000:]
+    assert "UnboundLocalError" not in r.stderr and not (tmp_path / "run").exists()

@@ -427,3 +427,26 @@ def test_pi_outside_the_optimizer_draws_one_warning():
             opt.zero_grad()
             q(enc(torch.randn(4, 16, 8))).loss.backward()
             opt.step()
+
+
+def test_pi_outside_the_optimizer_warns_in_a_loop_that_clears_gradients_before_the_forward():
+    """``module.zero_grad()`` (set_to_none) before each forward leaves ``beta.grad`` None whenever the forward looks:
+    the warning must still see that gradients reached pi; with pi in the optimizer it stays silent."""
+    import warnings
+
+    from vqwae.quantizers import WassersteinQuantizer
+    from vqwae.quantizers.wasserstein_base import PI_WATCH_CALLS
+
+    for pi_in_optimizer in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.ModuleDict(dict(enc=torch.nn.Linear(8, 8),
+                                         vq=WassersteinQuantizer(num_codes=16, dim=8, channel_last=True)))
+        opt = torch.optim.Adam(model.parameters() if pi_in_optimizer else model["enc"].parameters(), lr=1e-3)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(PI_WATCH_CALLS + 10):
+                model.zero_grad()  # set_to_none: beta.grad is None at every forward
+                model["vq"](model["enc"](torch.randn(4, 16, 8))).loss.backward()
+                opt.step()
+        said = [w for w in caught if "put the quantizer's parameters in your optimizer" in str(w.message)]
+        assert len(said) == (0 if pi_in_optimizer else 1), (pi_in_optimizer, [str(w.message) for w in caught])

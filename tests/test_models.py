@@ -1,4 +1,6 @@
 """Save/load of VQAutoencoder: bit-identical reload, corrupt and mismatched files, older checkpoints."""
+import re
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -83,3 +85,70 @@ def test_latents_that_overflow_the_distances_leave_the_state_finite(kind):
     assert all(torch.equal(before[k], v) for k, v in q.state_dict().items()), kind
     q(torch.randn(4, 6, 4))
     assert all(torch.isfinite(v.float()).all() for v in q.state_dict().values()), kind
+
+
+def _retype_in_header(path, name: str, dtype: str) -> None:
+    """Rewrite a safetensors header so that tensor ``name`` is said to be ``dtype`` (bytes of the same size kept)."""
+    import json
+    import struct
+
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    header[name]["dtype"] = dtype
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+
+
+@pytest.mark.parametrize("name,dtype", [("quantizer.embedding", "I32"), ("encoder.net.0.weight", "I32"),
+                                        ("quantizer.codes_drawn", "F64")])
+def test_a_header_that_names_another_dtype_of_the_same_size_is_refused_naming_the_tensor(tmp_path, name, dtype):
+    m = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", num_codes=32)
+    m.save_pretrained(tmp_path)
+    _retype_in_header(tmp_path / "model.safetensors", name, dtype)
+    with pytest.raises(ValueError, match=rf"tensor {name} is torch\.\w+ in the file, but the model holds torch\."):
+        VQAutoencoder.from_pretrained(tmp_path)
+
+
+def test_a_residual_stacks_float64_dropout_state_is_refused_not_cast(tmp_path):
+    from vqwae.quantizers import ResidualQuantizer, WassersteinQuantizer
+
+    rq = ResidualQuantizer(lambda: WassersteinQuantizer(num_codes=8, dim=64, channel_last=False), 2, dropout=True)
+    from vqwae.models import build_networks
+
+    enc, dec = build_networks(NetworkConfig(in_channels=1))
+    m = VQAutoencoder(enc, rq, dec, NetworkConfig(in_channels=1))
+    m.save_pretrained(tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    state["quantizer.dropout_state"] = state["quantizer.dropout_state"].double() + 0.5
+    save_file(state, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match="quantizer.dropout_state is torch.float64"):
+        VQAutoencoder.from_pretrained(tmp_path)
+
+
+@pytest.mark.parametrize("edit,says", [(dict(quantizer=None), "'quantizer' must be an object"),
+                                       (dict(network=[1]), "'network' must be an object"),
+                                       (dict(extra=1), "unknown key(s) 'extra'")])
+def test_a_model_config_that_is_not_a_model_is_refused_in_one_line(tmp_path, edit, says):
+    import json
+
+    m = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "vector", num_codes=16)
+    m.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "model_config.json").read_text())
+    (tmp_path / "model_config.json").write_text(json.dumps({**cfg, **edit}))
+    with pytest.raises(ValueError, match=re.escape(says)) as e:
+        VQAutoencoder.from_pretrained(tmp_path)
+    assert "\n" not in str(e.value)
+
+
+def test_a_double_quantizer_returns_quantized_in_the_latents_dtype_and_flat_indices_give_codewords():
+    from vqwae.quantizers import WassersteinQuantizer
+
+    q = WassersteinQuantizer(num_codes=16, dim=8, channel_last=False).double().eval()
+    z = torch.randn(2, 8, 4, 4)
+    out = q(z)
+    assert out.quantized.dtype == torch.float32  # the decoder's dtype, whatever the quantizer's
+    assert torch.equal(out.quantized, q.indices_to_latents(out.indices).float())
+    flat = out.indices.reshape(-1)
+    assert q.indices_to_latents(flat).shape == (32, 8)  # (N,) -> (N, D) codewords, in either layout
+    assert torch.equal(q.indices_to_latents(flat), q.codebook[flat])

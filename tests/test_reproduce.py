@@ -367,3 +367,23 @@ def _release_when_waited_for(ensure_run, lock, spec):
                 lock.release()
         return ensure_run(out, s, *a, **k)
     return wrapped
+
+
+def test_a_record_whose_metrics_are_cut_mid_line_is_trained_again_not_refused(tmp_path, capsys):
+    """A restored record with no weights and no state whose metrics.jsonl lost its last line (a disk that filled)
+    holds no finished run and nothing to continue: it is trained again, saying why (it ended in FileExistsError)."""
+    from vqwae.reproduce import records as run_records
+    from vqwae.reproduce.runner import ensure_run, run_dir_for
+    from vqwae.runs import layout
+
+    smoke, records = BUDGETS["smoke"], tmp_path / "records"
+    spec = row_spec("digits", "vqvae")
+    first = ensure_run(tmp_path / "a", spec, smoke, None, level="usage", records=records, device="cpu")
+    metrics = next(records.rglob(layout.METRICS))
+    text = metrics.read_text()
+    metrics.write_text(text[: len(text) - len(text.splitlines()[-1]) // 2 - 1])  # the last line cut mid-way
+    assert run_records.restore(records, tmp_path / "b") == 1
+    again = ensure_run(tmp_path / "b", spec, smoke, None, level="usage", device="cpu")
+    assert "does not hold a finished run" in capsys.readouterr().out
+    run_dir = run_dir_for(tmp_path / "b", spec, spec.config_values(smoke, None))
+    assert layout.has_weights(run_dir) and again["mse"] == first["mse"]  # the same run, trained again

@@ -7,6 +7,7 @@ advice Ctrl-C gives.
 """
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -273,3 +274,52 @@ def test_a_temporary_file_left_by_a_killed_write_is_removed_by_the_next_write(tm
     atomic_write_text(target, "whole")
     assert target.read_text() == "whole"
     assert not orphan.exists() and live.exists() and other.exists()
+
+
+def _snapshot(folder: Path) -> dict:
+    """Every file of a folder, hidden ones too: its bytes' digest and its modification time."""
+    return {name: (digest, (folder / name).stat().st_mtime_ns) for name, digest in checksums(folder).items()}
+
+
+@pytest.mark.parametrize("flags,says", [
+    (["--preset", "paper"], "--preset would be ignored"),
+    (["--num-codes", "32"], "num_codes"),
+    (["--logger", "tensorboard"], "pip install 'vqwae[tensorboard]'"),
+    (["--device", "meta"], "bad --device 'meta'"),
+    (["--seed", "99999999999999999999"], "seed"),
+    (["--epochs", "0"], "epochs must be >= 1"),
+    (["--batch-size", "0"], "batch_size"),
+    (["--max-steps", "0"], "max_steps must be >= 1"),
+    ([], "is being written by"),  # another process holds the run
+])
+def test_every_refusal_of_train_resume_leaves_the_run_folder_as_it_was(tmp_path, monkeypatch, flags, says):
+    """No command changes a file before it has decided to run (issue #84: a missing tensorboard was refused only
+    after config.json was rewritten and provenance.jsonl appended to, so the next plain --resume asked for it)."""
+    import sys
+
+    from vqwae.training.lock import RunLock
+
+    out = tmp_path / "run"
+    train(_tiny(out))
+    if "tensorboard" in flags:  # tensorboard not installed
+        monkeypatch.setitem(sys.modules, "tensorboard", None)
+        monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    with (RunLock(out) if not flags else contextlib.nullcontext()):
+        before = _snapshot(out)
+        one_line_error(invoke(["train", "--out", out, "--resume", "--epochs", "2", *flags]), says)
+        assert _snapshot(out) == before
+    if "tensorboard" in flags:  # and the next plain --resume continues the run as it was
+        monkeypatch.delitem(sys.modules, "tensorboard")
+        monkeypatch.delitem(sys.modules, "torch.utils.tensorboard")
+        result = invoke(["train", "--out", out, "--resume", "--epochs", "2"])
+        assert result.exit_code == 0, result.output
+        assert layout.read_config(out).run.logger == "none"
+
+
+def test_a_seed_outside_what_the_libraries_take_is_refused_naming_the_option(tmp_path):
+    """It ended in "error: Overflow when unpacking long long", naming no option."""
+    out = tmp_path / "run"
+    one_line_error(invoke(["train", *TINY, "--max-steps", "1", "--seed", "99999999999999999999", "--out", out]),
+                   "seed must be >= 0 and <= 4294967295, got 99999999999999999999")
+    assert not out.exists()
+    assert TrainConfig.resolve(seed=2**32 - 1).run.seed == 2**32 - 1

@@ -237,3 +237,13 @@ def test_generation_sampling_obeys_threads(run_dir, shared_weights, tmp_path, mo
            "--threads", "2", "--inception-weights",
            shared_weights / "inception" / "fid_inception_v3_tf2015_torchscript.pt")
     assert seen == [2]  # the autouse fixture holds torch at 1 thread: 2 is --threads at work
+
+
+@pytest.mark.parametrize("link", ["loop", "dangling"])
+def test_encode_refuses_an_out_that_is_a_symbolic_link_without_force(run_dir, tmp_path, link):
+    """A link to itself or to nowhere is the user's: ``Path.exists`` says no for it, and the write replaced it."""
+    out = tmp_path / "codes.safetensors"
+    out.symlink_to(out if link == "loop" else tmp_path / "nowhere.safetensors")
+    line = error_of("encode", run_dir, "--split", "test", "--limit", "8", "--out", out, *CPU)
+    assert "is a symbolic link; pass --force to replace it" in line
+    assert out.is_symlink() and not (tmp_path / "nowhere.safetensors").exists()

@@ -20,7 +20,7 @@ EXTRA = {
     "yaml": "train", "tqdm": "train", "torchvision": "train", "PIL": "train", "sklearn": "train",
     "matplotlib": "train", "threadpoolctl": "train",
     "torchmetrics": "eval", "scipy": "eval",
-    "typer": "cli", "rich": "cli", "click": "cli",
+    "typer": "cli", "rich": "cli",
     "huggingface_hub": "hub", "tensorboard": "tensorboard",
 }
 #: the distribution's name where it differs from the import name

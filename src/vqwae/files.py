@@ -20,6 +20,13 @@ from typing import Iterator
 import torch
 
 
+def taken(path: str | os.PathLike) -> bool:
+    """Whether anything of the user's sits at ``path``: a file, a folder, or a symbolic link, even one that leads
+    nowhere or to itself (``Path.exists`` follows the link and says no for those, and a write would replace the link).
+    The one test before a write that needs ``--force`` to replace what is there."""
+    return os.path.lexists(path)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, mode: int = 0o644) -> Iterator[Path]:
     """Yields a temporary path beside ``path``; on success it is synced and renamed to ``path``, with the

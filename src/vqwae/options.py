@@ -30,6 +30,9 @@ from typing import Any, NamedTuple
 
 WHAT, SCHEDULE, WHERE = "what", "schedule", "where"  # an option's role: see the module docstring
 ROLES = (WHAT, SCHEDULE, WHERE)
+#: the largest seed: every seed vqwae takes lies in [0, 2^32 - 1], the range numpy and scikit-learn accept (torch's
+#: generators take more, but a seed is also offset, e.g. per rank and per epoch, and handed to those libraries)
+SEED_MAX = 2**32 - 1
 
 
 def option(default: Any, help: str, *, choices: tuple | None = None, min: float | None = None,

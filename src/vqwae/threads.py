@@ -12,6 +12,7 @@ import time
 from typing import Iterator
 
 import torch
+from vqwae.extras import require
 
 ENV = "VQWAE_THREADS"
 LOADAVG = "/proc/loadavg"  # Linux: the 4th field counts the runnable tasks now
@@ -95,7 +96,7 @@ def flush_denormals() -> Iterator[None]:
 @contextlib.contextmanager
 def library_threads(n: int | None = None) -> Iterator[None]:
     """Cap the OpenMP / BLAS threads of scikit-learn and numpy (t-SNE, PCA) like torch's."""
-    from threadpoolctl import threadpool_limits  # a scikit-learn dependency, imported only where it is used
+    threadpool_limits = require("threadpoolctl").threadpool_limits  # scikit-learn's, imported only here
 
     with threadpool_limits(n if n is not None else default_num_threads()):
         yield

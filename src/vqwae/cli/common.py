@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from vqwae.extras import missing_extra
+from vqwae.options import SEED_MAX
+
 if TYPE_CHECKING:
     import torch
 
@@ -23,6 +26,7 @@ RunDir = Annotated[Path, typer.Argument(help="A run folder made by `vqwae train`
 Device = Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")]
 Threads = Annotated[int | None, typer.Option(help=THREADS_HELP)]
 DataRoot = Annotated[str | None, typer.Option(help="Override the dataset location recorded in the run.")]
+Seed = Annotated[int, typer.Option(min=0, max=SEED_MAX, help=f"Random seed, 0 to {SEED_MAX}.")]
 
 
 # A disk that is full, read-only or not ours: the user's to fix, so one line (every file vqwae writes goes
@@ -31,12 +35,19 @@ DISK_ERRNOS = frozenset({errno.EROFS, errno.ENOSPC, errno.EFBIG, errno.EACCES, e
                          errno.ENAMETOOLONG, errno.ENOTDIR})
 
 
-def disk_errors(command):
-    """Wrap a command so that a full, read-only or forbidden disk ends it with one line naming the path."""
+def one_line_errors(command):
+    """Wrap a command so that what the user has to fix outside vqwae ends it with one line, never a traceback: a
+    package an extra brings that is not installed (the ``pip install`` that brings it, ``vqwae.extras``), and a
+    full, read-only or forbidden disk (the path)."""
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
             return command(*args, **kwargs)
+        except ModuleNotFoundError as e:
+            hint = missing_extra(e)
+            if hint is None:
+                raise
+            fail(str(hint), code=1)
         except OSError as e:
             if e.errno not in DISK_ERRNOS:
                 raise
@@ -105,8 +116,9 @@ def at_least(name: str, value: int | float | None, minimum=1) -> None:
 
 def out_folder_or_fail(out: Path | None) -> None:
     """An --out that names an existing file where a folder of images goes: one line."""
-    if out is not None and out.exists() and not out.is_dir():
-        fail(f"--out {out} is a file, not a folder")
+    if out is not None and os.path.lexists(out) and not out.is_dir():  # a link to nowhere too (vqwae.files.taken)
+        fail(f"--out {out} is {'a symbolic link that leads to no folder' if out.is_symlink() else 'a file'}, not a "
+             "folder")
 
 
 def print_wall(t0: float) -> None:

@@ -5,7 +5,7 @@ top: ``vqwae --help`` and every ``vqwae CMD --help`` answer without importing to
 import typer
 
 from vqwae.cli.codes import decode_command, encode_command
-from vqwae.cli.common import disk_errors
+from vqwae.cli.common import one_line_errors
 from vqwae.cli.demo import demo_command
 from vqwae.cli.evaluate import eval_command
 from vqwae.cli.reproduce import reproduce_command
@@ -25,5 +25,5 @@ def main() -> None:
 for name, command in (("train", train_command), ("eval", eval_command), ("demo", demo_command),
                       ("reproduce", reproduce_command), ("sample", sample_command), ("probe", probe_command),
                       ("tsne", tsne_command), ("encode", encode_command), ("decode", decode_command)):
-    app.command(name)(disk_errors(command))
+    app.command(name)(one_line_errors(command))
 app.add_typer(prior_app, name="prior")

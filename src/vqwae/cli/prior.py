@@ -13,8 +13,8 @@ from pathlib import Path
 
 import typer
 
-from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, disk_errors,
-                              fail, nonempty_path, out_folder_or_fail, print_wall, threads_on)
+from vqwae.cli.common import (DataRoot, Device, RunDir, Seed, Threads, at_least, check_run, device_or_fail, fail,
+                              nonempty_path, one_line_errors, out_folder_or_fail, print_wall, threads_on)
 
 Opt = typer.Option
 Arg = typer.Argument
@@ -30,7 +30,7 @@ def prior_main() -> None:
 
 
 @prior_app.command("train")
-@disk_errors
+@one_line_errors
 def prior_train_command(
     run_dir: RunDir,
     conditional: bool = Opt(False, "--conditional", help="Class-conditional prior (needs a labelled dataset)."),
@@ -48,7 +48,7 @@ def prior_train_command(
                            help="Prior folder (default: RUN_DIR/prior); RUN_DIR/prior_cond or "
                                                   "RUN_DIR/prior_uncond keep a second prior next to it."),
     data_root: DataRoot = None,
-    seed: int = Opt(0),
+    seed: Seed = 0,
     refresh_codes: bool = Opt(False, "--refresh-codes", help="Re-extract the code grids even if cached."),
     force: bool = Opt(False, "--force", help="Replace a trained prior already in the prior folder."),
     codes: Path | None = Opt(None, "--codes", help="Train on this codes file (`vqwae encode RUN --split train`) "
@@ -117,7 +117,7 @@ def sample_command(
                            help="Output folder (default: RUN_DIR/samples), with a hidden manifest (.vqwae-images.json) "
                                 "of what it wrote: a later run replaces only those files."),
     batch_size: int = Opt(256, help="Grids sampled in parallel."),
-    seed: int = Opt(0),
+    seed: Seed = 0,
     prior: Path | None = Opt(None, "--prior", help="Prior folder (default: RUN_DIR/prior, or RUN_DIR/prior_cond "
                                                       "when --class is given)."),
     nrow: int | None = Opt(None, help="Images per grid row (default: the classes, or ~sqrt(n))."),

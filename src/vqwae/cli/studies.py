@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from vqwae.cli.common import (DataRoot, Device, RunDir, Threads, at_least, check_run, device_or_fail, fail,
+from vqwae.cli.common import (DataRoot, Device, RunDir, Seed, Threads, at_least, check_run, device_or_fail, fail,
                               nonempty_path, print_wall, threads_on)
 
 Opt = typer.Option
@@ -59,7 +59,7 @@ def tsne_command(
     n: int = Opt(2000, "--n", help="Embed the first N test images."),
     out: Path | None = Opt(None, "--out", parser=nonempty_path, help="PNG path (default: RUN_DIR/tsne.png)."),
     perplexity: float = Opt(30.0, help="t-SNE perplexity (capped at (n-1)/3)."),
-    seed: int = Opt(0),
+    seed: Seed = 0,
     batch_size: ImageBatch = 256,
     device: Device = "auto",
     threads: Threads = None,

@@ -7,9 +7,10 @@ from __future__ import annotations
 LOADER_MODULES = {"mnist": "mnist.MNIST", "fashionmnist": "mnist.FASHION_MNIST", "kmnist": "mnist.KMNIST",
                   "cifar10": "cifar10", "svhn": "svhn", "celeba": "celeba", "ffhq": "ffhq", "celebahq": "celebahq",
                   "imagefolder": "imagefolder", "digits": "digits"}
-#: The valid dataset names (``load_splits`` also accepts them in any case, with ``-`` / ``_``).
-#: A list updated in place by :func:`~vqwae.data.registry.register_dataset`, so every importer sees additions.
 DATASETS: list[str] = list(LOADER_MODULES)
+"""The valid dataset names, as ``vqwae train --dataset`` takes them (``load_splits`` also accepts them in any case,
+with ``-`` / ``_``). A list updated in place by :func:`~vqwae.data.registry.register_dataset`, so every importer sees
+additions."""
 
 
 def normalise_name(name: str) -> str:

@@ -23,6 +23,7 @@ import torch
 
 from .base import DatasetInfo, ImageTensorDataset, Splits, limit, not_found
 from .images import decode_cached
+from vqwae.extras import require
 
 NAME = "celeba"
 CROP = 140
@@ -71,7 +72,7 @@ def load(root, *, train_limit=None, eval_limit=None, download=False, image_size=
     root = Path(root).expanduser()
     folder = _dir(root)
     if folder is None and download:
-        from torchvision.datasets import CelebA
+        CelebA = require("torchvision.datasets").CelebA
 
         try:
             CelebA(str(root), split="all", target_type=[], download=True)

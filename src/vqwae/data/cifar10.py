@@ -25,6 +25,7 @@ import torch
 
 from .base import DatasetInfo, ImageTensorDataset, Splits, limit, not_found, resize_uint8
 from .images import decode_cached, scan_class_tree
+from vqwae.extras import require
 
 NAME = "cifar10"
 CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -138,7 +139,7 @@ def load(root, *, train_limit=None, eval_limit=None, download=False, image_size=
     size = int(image_size or 32)
     root = Path(root).expanduser()
     if download and _batch_dir(root) is None and _jpeg_dir(root) is None:
-        from torchvision.datasets import CIFAR10
+        CIFAR10 = require("torchvision.datasets").CIFAR10
 
         try:
             CIFAR10(str(root), train=True, download=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .base import DatasetInfo, ImageTensorDataset, Splits, limit
+from vqwae.extras import require
 
 NAME = "digits"
 N_VAL = N_TEST = 200
@@ -18,7 +19,7 @@ N_VAL = N_TEST = 200
 def load(root=None, *, train_limit=None, eval_limit=None, download=False, image_size=None,
          seed=0) -> Splits:
     """Load the digits splits (see the module docstring); ``root`` and ``download`` are ignored."""
-    from sklearn.datasets import load_digits
+    load_digits = require("sklearn.datasets").load_digits
 
     size = int(image_size or 32)
     d = load_digits()

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .base import DatasetInfo, ImageTensorDataset, Splits, limit, not_found, resize_uint8
+from vqwae.extras import require
 
 NAME = "mnist"
 FILES = {
@@ -94,11 +95,10 @@ def _load(ds: IdxDataset, root, *, train_limit=None, eval_limit=None, download=F
     root = Path(root).expanduser()
     raw = _raw_dir(root, ds.folder)
     if raw is None and download:
-        import torchvision.datasets
-
+        datasets = require("torchvision.datasets")
         try:
             for train in (True, False):
-                getattr(torchvision.datasets, ds.folder)(str(root), train=train, download=True)
+                getattr(datasets, ds.folder)(str(root), train=train, download=True)
         except Exception as e:
             raise not_found(ds.NAME, root, ds.LAYOUTS, ds.HOW, f"download failed: {e}") from e
         raw = _raw_dir(root, ds.folder)

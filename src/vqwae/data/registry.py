@@ -30,6 +30,8 @@ def _module(where: str):
 
 _MODULES = {name: _module(where) for name, where in LOADER_MODULES.items()}
 LOADERS: dict[str, Loader] = {name: m.load for name, m in _MODULES.items()}
+"""Every data set's loader by its name (``vqwae train --dataset``): ``load(root, *, train_limit, eval_limit,
+download, image_size, seed) -> Splits``; :func:`register_dataset` adds one."""
 NEEDS_NO_ROOT = {"digits"}
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 
 import numpy as np
-import scipy.io
 import torch
 
 from .base import DatasetInfo, ImageTensorDataset, Splits, limit, not_found, resize_uint8
+from vqwae.extras import require
 
 NAME = "svhn"
 FILES = {"train": "train_32x32.mat", "test": "test_32x32.mat"}
@@ -39,8 +39,9 @@ def _dir(root: Path) -> Path | None:
 def read_mat(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """``X`` (32, 32, 3, N) and ``y`` (N, 1) of an SVHN .mat -> uint8 (N, 3, 32, 32), int64 (N,)."""
 
+    loadmat = require("scipy.io").loadmat  # here: only SVHN's files need scipy
     try:
-        m = scipy.io.loadmat(str(path), variable_names=["X", "y"])
+        m = loadmat(str(path), variable_names=["X", "y"])
         x = np.asarray(m["X"], dtype=np.uint8)
         y = np.asarray(m["y"], dtype=np.int64).reshape(-1)
         if x.ndim != 4 or x.shape[2] != 3 or x.shape[3] != y.shape[0]:
@@ -59,7 +60,7 @@ def load(root, *, train_limit=None, eval_limit=None, download=False, image_size=
     root = Path(root).expanduser()
     folder = _dir(root)
     if folder is None and download:
-        from torchvision.datasets import SVHN
+        SVHN = require("torchvision.datasets").SVHN
 
         try:
             for split in ("train", "test"):

@@ -8,9 +8,14 @@
 * :func:`training_curves` -- every numeric key of a metrics.jsonl log, grouped in panels.
 * :func:`learning_curves` -- perplexity and MSE against steps, a line per model, reference values as marks.
 """
-from vqwae.figures.curves import learning_curves, read_metrics_jsonl, training_curves
-from vqwae.figures.reconstructions import reconstruction_grid, reconstruction_rows
-from vqwae.figures.usage import side_by_side_usage, usage_histogram, usage_summary
+from typing import TYPE_CHECKING
+
+from vqwae.lazy import attach
+
+if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy)
+    from vqwae.figures.curves import learning_curves, read_metrics_jsonl, training_curves
+    from vqwae.figures.reconstructions import reconstruction_grid, reconstruction_rows
+    from vqwae.figures.usage import side_by_side_usage, usage_histogram, usage_summary
 
 __all__ = [
     "reconstruction_grid",
@@ -22,3 +27,4 @@ __all__ = [
     "training_curves",
     "read_metrics_jsonl",
 ]
+__getattr__, __dir__ = attach(__name__)

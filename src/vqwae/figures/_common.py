@@ -7,6 +7,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+from vqwae.extras import require
 
 PathLike = str | os.PathLike
 DPI = 120
@@ -15,8 +16,8 @@ DPI = 120
 def new_figure(width: float, height: float):
     """A matplotlib Figure bound to an Agg canvas (works headless; never touches pyplot)."""
     # Imported here: matplotlib costs ~0.9 s at import, and most commands draw nothing.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    FigureCanvasAgg = require("matplotlib.backends.backend_agg").FigureCanvasAgg
+    Figure = require("matplotlib.figure").Figure
 
     fig = Figure(figsize=(width, height), dpi=DPI)
     FigureCanvasAgg(fig)

@@ -19,8 +19,9 @@ from typing import Sequence
 
 import torch
 
-from vqwae.files import atomic_path, atomic_write_text
+from vqwae.files import atomic_path, atomic_write_text, taken
 from vqwae.progress import progress_bar
+from vqwae.extras import require
 
 GRID = "grid.png"
 MANIFEST = ".vqwae-images.json"
@@ -83,13 +84,19 @@ def _manifest(out: Path, prefix: str, legacy: bool) -> dict[str, str]:
     return manifest
 
 
+def _refuse_non_folder(out: Path) -> None:
+    """Anything at ``out`` that is not a folder (a file, a link to nowhere or to itself) is refused."""
+    if taken(out) and not out.is_dir():
+        what = "a symbolic link that leads to no folder" if out.is_symlink() else "a file"
+        raise NotADirectoryError(f"{out} is {what}, not a folder")
+
+
 def check_image_folder(out: str | os.PathLike, prefix: str, *, legacy: bool = False) -> None:
     """Before the work: raise :class:`ForeignFileError` when ``out`` holds a file of a name ``save_image_folder``
     may write with ``prefix`` (``{prefix}_7.png``, ``{prefix}_07_class3.png``, grid.png) that it did not write; a
     file that is not a folder raises NotADirectoryError. ``legacy``: see :func:`save_image_folder`."""
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"{out} is a file, not a folder")
+    _refuse_non_folder(out)
     if not out.is_dir():
         return
     pattern = _our_names(prefix)
@@ -110,17 +117,15 @@ def save_image_folder(images: torch.Tensor, out: str | os.PathLike, *, prefix: s
     ``progress``: a bar (or log lines) over the images written. ``legacy``: a folder vqwae owns (a run's samples/)
     written before the manifest existed: its files of the writer's names count as the writer's."""
     # Imported here: torchvision costs ~1.6 s at import (it loads torch._dynamo), and only these commands need it.
-    from torchvision.utils import save_image
+    save_image = require("torchvision.utils").save_image
 
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise NotADirectoryError(f"{out} is a file, not a folder")
+    _refuse_non_folder(out)
     n = images.shape[0]
     width = len(str(n - 1))
     names = [f"{prefix}_{i:0{width}d}{suffixes[i] if suffixes else ''}.png" for i in range(n)]
     manifest = _manifest(out, prefix, legacy) if out.is_dir() else {}
-    foreign = [name for name in (*names, GRID)
-               if (out / name).exists() or (out / name).is_symlink()]
+    foreign = [name for name in (*names, GRID) if taken(out / name)]
     foreign = [name for name in foreign if not _ours(out, name, manifest)]
     if foreign:
         raise _foreign_error(out, foreign)

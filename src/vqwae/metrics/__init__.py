@@ -6,39 +6,41 @@
 * :mod:`~vqwae.metrics.fid`: InceptionV3 features, Frechet distance, real-statistics cache.
 * :mod:`~vqwae.metrics.evaluate`: :func:`evaluate_reconstructions`, all of the above over a split.
 
-Names are imported lazily (``from vqwae.metrics import load_lpips`` works without importing
-torchmetrics / torchvision until first use).
+Names are imported on first use (``vqwae.lazy``): ``from vqwae.metrics import load_lpips`` imports no
+torchmetrics / torchvision until it is asked for, and a missing one is a line naming its ``pip install``.
 """
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-import importlib
+from vqwae.lazy import attach
 
-_EXPORTS = {
-    "CodeUsage": "usage",
-    "code_histogram": "usage",
-    "perplexity_from_counts": "usage",
-    "psnr": "image",
-    "ssim": "image",
-    "psnr_per_image": "image",
-    "ssim_per_image": "image",
-    "prepare_images": "image",
-    "LPIPS": "lpips",
-    "load_lpips": "lpips",
-    "InceptionFeatures": "fid",
-    "load_inception": "fid",
-    "feature_statistics": "fid",
-    "frechet_distance": "fid",
-    "fid_from_features": "fid",
-    "FIDStatsCache": "fid_cache",
-    "StatsKey": "fid_cache",
-    "dataset_fingerprint": "fid_cache",
-    "evaluate_reconstructions": "evaluate",
-}
+if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy)
+    from vqwae.metrics.usage import CodeUsage, code_histogram, perplexity_from_counts
+    from vqwae.metrics.image import psnr, ssim, psnr_per_image, ssim_per_image, prepare_images
+    from vqwae.metrics.lpips import LPIPS, load_lpips
+    from vqwae.metrics.fid import (InceptionFeatures, feature_statistics, fid_from_features, frechet_distance,
+                                   load_inception)
+    from vqwae.metrics.fid_cache import FIDStatsCache, StatsKey, dataset_fingerprint
+    from vqwae.metrics.evaluate import evaluate_reconstructions
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = [
+    "CodeUsage",
+    "FIDStatsCache",
+    "InceptionFeatures",
+    "LPIPS",
+    "StatsKey",
+    "code_histogram",
+    "dataset_fingerprint",
+    "evaluate_reconstructions",
+    "feature_statistics",
+    "fid_from_features",
+    "frechet_distance",
+    "load_inception",
+    "load_lpips",
+    "perplexity_from_counts",
+    "prepare_images",
+    "psnr",
+    "psnr_per_image",
+    "ssim",
+    "ssim_per_image",
+]
+__getattr__, __dir__ = attach(__name__)

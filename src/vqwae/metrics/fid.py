@@ -46,6 +46,7 @@ import torch
 
 from vqwae.threads import cpu_threads
 from vqwae.metrics._weights import PathLike, env_path, file_sha256
+from vqwae.extras import require
 
 __all__ = [
     "INCEPTION_ENV",
@@ -271,7 +272,7 @@ def frechet_distance(
     noise (diagonal within 1e-3 of real) is replaced by its real part, larger imaginary parts are
     an error.
     """
-    from scipy import linalg
+    linalg = require("scipy.linalg")
 
     mu1, mu2 = np.atleast_1d(np.asarray(mu1, np.float64)), np.atleast_1d(np.asarray(mu2, np.float64))
     s1, s2 = np.atleast_2d(np.asarray(sigma1, np.float64)), np.atleast_2d(np.asarray(sigma2, np.float64))

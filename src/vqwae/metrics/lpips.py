@@ -43,6 +43,7 @@ import torch
 import torch.nn as nn
 
 from vqwae.metrics._weights import PathLike, env_path
+from vqwae.extras import require
 
 __all__ = [
     "LPIPS",
@@ -123,10 +124,10 @@ def _trunk(spec: NetSpec) -> nn.Sequential:
     for VGG16 (124M parameters there). The convolutions get PyTorch's default initialisation as
     placeholders until :meth:`LPIPS.load_trunk`.
     """
-    import torchvision.models
+    models = require("torchvision.models")
 
     with torch.device("meta"):
-        features = getattr(torchvision.models, spec.constructor)(weights=None).features[: spec.taps[-1] + 1]
+        features = getattr(models, spec.constructor)(weights=None).features[: spec.taps[-1] + 1]
     features = features.to_empty(device="cpu")
     for m in features:
         if isinstance(m, nn.Conv2d):
@@ -329,11 +330,10 @@ def _build(weights: PathLike | None, spec: NetSpec, download: bool, device: str 
     heads = packaged_lpips_heads(spec.name)
     if heads is None:
         raise FileNotFoundError(f"{spec.label} v0.1 heads not found (install 'lpips' or 'torchmetrics', or {need})")
+    models = require("torchvision.models")  # a missing torchvision is its own line, not a failed download
     try:
-        import torchvision.models
-
-        imagenet = getattr(torchvision.models, spec.imagenet_weights).IMAGENET1K_V1
-        trunk_sd = getattr(torchvision.models, spec.constructor)(weights=imagenet).features.state_dict()
+        imagenet = getattr(models, spec.imagenet_weights).IMAGENET1K_V1
+        trunk_sd = getattr(models, spec.constructor)(weights=imagenet).features.state_dict()
     except Exception as e:  # offline, no hub cache
         raise FileNotFoundError(f"{spec.title} weights could not be downloaded ({type(e).__name__}); {need}") from None
     net.load_trunk(trunk_sd)

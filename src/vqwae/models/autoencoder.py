@@ -136,6 +136,13 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
 
     @classmethod
     def _from_config_dict(cls, config: dict, version: int) -> "VQAutoencoder":
+        unknown = sorted(set(config) - {"network", "quantizer"})
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; a model config holds 'network' and "
+                             "'quantizer'")
+        for section in ("network", "quantizer"):
+            if not isinstance(config.get(section), dict):
+                raise ValueError(f"{section!r} must be an object of options, got {config.get(section)!r}")
         qcfg = dict(config["quantizer"])
         network = NetworkConfig(**config["network"])
         if qcfg.get("kind") == ResidualQuantizer.kind:

@@ -10,6 +10,7 @@ The Hub is still reachable through ``hf_hub_download`` when the argument is not 
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ import torch
 from torch import nn
 from safetensors.torch import load_file, save_file
 
+from vqwae.extras import require
 from vqwae.files import atomic_path, atomic_write_text, read_json_object
 
 WEIGHTS_NAME = "model.safetensors"
@@ -78,7 +80,7 @@ class PretrainedMixin:
         except Exception as e:  # safetensors raises its own error types for truncated/corrupt files
             raise ValueError(f"{w_path} could not be read (corrupt or truncated?): {e}") from e
         try:
-            missing, unexpected = model.load_state_dict(state, strict=False)
+            missing, unexpected = load_checked(model, state, w_path, strict=False)
         except RuntimeError as e:  # a shape that differs: torch lists every one, we name the first
             mismatches = [line.strip() for line in str(e).splitlines() if "size mismatch" in line]
             raise ValueError(f"{w_path} does not fit {cfg_path} ({len(mismatches)} tensor(s) of another shape): "
@@ -90,6 +92,38 @@ class PretrainedMixin:
                              + (f" and {len(bad) - 3} more tensors" if len(bad) > 3 else "")
                              + ": the weights are damaged (training diverged?); retrain, or use an earlier copy")
         return model.to(map_location).eval()
+
+
+def load_checked(model: nn.Module, state: dict, where: str | Path, strict: bool = True):
+    """``model.load_state_dict(state, strict)``, refusing (one line naming it) a tensor whose dtype is not the one
+    the model holds: ``load_state_dict`` would cast it (a header that calls float32 bytes ``I32`` gives codebook values
+    ~1e9; a float64 counter becomes an int64 one). Each module checks its own tensors after its upgrade hook has
+    renamed them (``_load_from_state_dict``), so older layouts still load. Every file vqwae reads weights from
+    (``from_pretrained``, a run's resume state) comes through here."""
+    with _refusing_other_dtypes(model, where):
+        return model.load_state_dict(state, strict=strict)
+
+
+@contextlib.contextmanager
+def _refusing_other_dtypes(model: nn.Module, where: str | Path):
+
+    def check(module, state_dict, prefix, *_):
+        own = {**module._parameters, **{k: v for k, v in module._buffers.items()
+                                         if k not in module._non_persistent_buffers_set}}
+        for name, expected in own.items():
+            got = state_dict.get(prefix + name)
+            if expected is not None and isinstance(got, torch.Tensor) and got.dtype != expected.dtype:
+                raise ValueError(f"{where}: tensor {prefix + name} is {got.dtype} in the file, but the model holds "
+                                 f"{expected.dtype}: the file was not written for this model (or its header was "
+                                 "altered)")
+
+    # the private form: the public register_load_state_dict_pre_hook is younger than the torch vqwae supports (2.1)
+    handles = [m._register_load_state_dict_pre_hook(check, with_module=True) for m in model.modules()]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def weights_fingerprint(source: str | Path | nn.Module) -> str:
@@ -132,9 +166,8 @@ def _resolve(source: str | os.PathLike, config_name: str) -> Path:
         raise FileNotFoundError(f"no such run folder: {d} (there is a local folder {text.split('/')[0]}/ but no "
                                 f"{d.name} in it)")
     try:
-        from huggingface_hub import hf_hub_download  # optional: only for Hub repo ids
-    except ImportError:
-        raise FileNotFoundError(f"{source} is not a local folder; to load it from the Hugging Face Hub, "
-                                "pip install 'vqwae[hub]'") from None
+        hf_hub_download = require("huggingface_hub").hf_hub_download  # optional: only for Hub repo ids
+    except ModuleNotFoundError as e:
+        raise FileNotFoundError(f"{source} is not a local folder; to load it from the Hugging Face Hub: {e}") from None
     hf_hub_download(text, WEIGHTS_NAME)
     return Path(hf_hub_download(text, config_name)).parent  # both files land in the repo's snapshot folder

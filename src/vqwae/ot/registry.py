@@ -8,6 +8,8 @@ from vqwae.ot.transport import Solver
 
 SOLVERS: dict[str, type[Solver]] = {name: getattr(import_module(f"vqwae.ot.{name}"), cls)
                                     for name, cls in SOLVER_CLASSES.items()}
+"""Every OT solver class by the name a config's ``solver`` gives it ("semidiscrete", "exact", "sinkhorn", "dual");
+:func:`build_solver` builds one from a config."""
 
 
 def build_solver(config, groups: int) -> Solver:

@@ -80,7 +80,8 @@ class Quantizer(nn.Module):
         """A module cast to half precision (``model.bfloat16()``, ``.half()``, ``.to(torch.float16)``) leaves the
         quantizer's float32 state (codebook, pi, EMAs, the solver's potential) in float32: its updates are sums of
         small steps that bf16 rounds away (the mass drifts). The forward runs in float32 (``fp32``) and returns
-        ``quantized`` in the latents' dtype. A cast to float64 applies (a double quantizer is a user's choice)."""
+        ``quantized`` in the latents' dtype. A cast to float64 applies (a double quantizer is a user's choice; its
+        ``quantized`` is still in the latents' dtype, the decoder's)."""
 
         def keep_float32(t):
             out = fn(t)
@@ -189,12 +190,14 @@ class Quantizer(nn.Module):
 
     def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
         """(B, *positions) long -> the codewords in the input's layout, equal to ``quantized`` at eval time (values
-        and memory layout: a decoder then computes exactly what it computes in the forward pass)."""
+        and memory layout: a decoder then computes exactly what it computes in the forward pass), in the codebook's
+        dtype. Flat indices (N,) give the codewords (N, D), whatever the layout (a lookup, as a second stage
+        wants it: there is no position axis to put the features before)."""
         check_index_tensor(indices)
         if indices.numel() and (indices.min() < 0 or indices.max() >= self.num_codes):
             raise ValueError(f"indices must lie in [0, {self.num_codes}), got [{int(indices.min())}, {int(indices.max())}]")
         latents = F.embedding(indices, self.codebook)  # (B, *positions, D)
-        return latents if self.config.channel_last else latents.movedim(-1, 1)
+        return latents if self.config.channel_last or indices.dim() < 2 else latents.movedim(-1, 1)
 
     def batch_perplexity(self, indices: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Perplexity of this batch's usage histogram (the unmasked latents'). Under DDP it is this rank's batch:
@@ -224,7 +227,7 @@ class Quantizer(nn.Module):
             quantized = quantized.movedim(-1, 1)
         loss = sum(losses.values()) if losses else quantized.new_zeros(())
         return QuantizerOutput(
-            quantized=quantized.to(z.dtype) if z.dtype != torch.float32 else quantized,
+            quantized=quantized if quantized.dtype == z.dtype else quantized.to(z.dtype),  # the decoder's dtype
             indices=indices.view(b, *positions),
             loss=loss,
             losses=losses,

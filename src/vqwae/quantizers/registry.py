@@ -9,6 +9,8 @@ from vqwae.quantizers.wasserstein import WassersteinQuantizer
 
 QUANTIZERS = {q.kind: q for q in (WassersteinQuantizer, PaperWassersteinQuantizer, VectorQuantizer,
                                   StochasticQuantizer)}
+"""Every quantizer by its registry name (``kind``): "wasserstein", "paper-wasserstein", "vector", "stochastic";
+what :func:`build_quantizer`, a saved model's config and ``vqwae train --model`` name."""
 
 
 def build_quantizer(kind: str, config=None, **options) -> Quantizer:

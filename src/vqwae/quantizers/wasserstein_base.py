@@ -49,23 +49,31 @@ class WassersteinBase(Quantizer):
         self.register_buffer("codebook_initialized", torch.zeros((), dtype=torch.bool))
         self.register_buffer("codes_drawn", torch.zeros((), dtype=torch.long))
         self.compile_update, self.graph_update = False, True  # runtime settings (set_runtime)
-        self._pi_watch: list | None = [0, None]  # (training calls, pi's logits at the first) until the check ran
+        # (training calls, pi's logits at the first, whether a gradient has reached them) until the check ran
+        self._pi_watch: list | None = [0, None, False]
 
     def _watch_pi(self) -> None:
         """Warn once when pi's logits take gradients for ``PI_WATCH_CALLS`` training calls but never move: they are
-        not in the optimiser (a drop-in user's optimiser over the encoder and decoder only), so pi stays frozen."""
+        not in the optimiser (a drop-in user's optimiser over the encoder and decoder only), so pi stays frozen.
+        That a gradient reached them is seen by a hook on the forward's log pi (``log_pi``), not by reading
+        ``beta.grad``, which a loop that zeroes gradients with ``set_to_none`` before each forward has cleared."""
         if self._pi_watch is None or not self.config.learn_pi:
             return
         self._pi_watch[0] += 1
-        calls, start = self._pi_watch
+        calls, start, reached = self._pi_watch
         if calls == 1:
             self._pi_watch[1] = self.beta.detach().clone()
-        elif calls == PI_WATCH_CALLS:
-            if self.beta.grad is not None and torch.equal(self.beta.detach(), start):  # one host read, once
+        elif calls >= PI_WATCH_CALLS:
+            if (reached or self.beta.grad is not None) and torch.equal(self.beta.detach(), start):  # one read, once
                 warnings.warn(f"pi's logits ({type(self).__name__}.beta) have taken gradients for {calls} training "
                               "calls without moving: put the quantizer's parameters in your optimizer (a model's "
                               "parameters() includes them), or pass learn_pi=False to keep pi fixed", stacklevel=3)
             self._pi_watch = None
+
+    def _pi_reached(self, grad: torch.Tensor) -> None:
+        """The hook ``log_pi`` puts on its output while pi is watched: a gradient has reached pi's logits."""
+        if self._pi_watch is not None:
+            self._pi_watch[2] = True
 
     @property
     def codebook(self) -> torch.Tensor:
@@ -97,7 +105,11 @@ class WassersteinBase(Quantizer):
     # ---- pi ----------------------------------------------------------------------------------------------------
     def log_pi(self) -> torch.Tensor:
         """log pi^m = log softmax(beta^m), shape (M, K) (M = 1 when shared), differentiable w.r.t. beta."""
-        return torch.log_softmax(self.beta, dim=-1)
+        log_pi = torch.log_softmax(self.beta, dim=-1)
+        # the first training calls only (_watch_pi); a compiled graph takes no hook that writes outside it
+        if self._pi_watch is not None and log_pi.requires_grad and not torch.compiler.is_compiling():
+            log_pi.register_hook(self._pi_reached)
+        return log_pi
 
     @property
     def pi(self) -> torch.Tensor:

@@ -8,6 +8,12 @@
     report          Markdown / HTML
     paper_numbers   the paper's tables as data
 """
-from vqwae.reproduce.orchestrate import reproduce
+from typing import TYPE_CHECKING
+
+from vqwae.lazy import attach
+
+if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy)
+    from vqwae.reproduce.orchestrate import reproduce
 
 __all__ = ["reproduce"]
+__getattr__, __dir__ = attach(__name__)

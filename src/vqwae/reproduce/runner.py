@@ -98,6 +98,13 @@ def ensure_run(out: Path, spec: RunSpec, budget: Budget, data_root: str | None, 
                   "training it again", flush=True)
             shutil.rmtree(run_dir)
             finished, result = False, {}
+    if not finished and not layout.has_weights(run_dir) and not (run_dir / layout.STATE).exists() \
+            and (run_dir / layout.METRICS).exists():  # a record, restored, that does not hold the finished run
+        print(f"[reproduce] {position}{spec.label}: its record in {run_dir} does not hold a finished run "
+              f"({layout.last_epoch(layout.read_metrics(run_dir))} of {opt.epochs} epochs in {layout.METRICS}: cut "
+              "short?) and has no state to continue from; training it again", flush=True)
+        shutil.rmtree(run_dir)
+        result = {}
     trained_now = not finished
     if trained_now:
         print(f"[reproduce] {position}training {spec.label} ({opt.max_steps or '-'} steps) -> {run_dir}", flush=True)

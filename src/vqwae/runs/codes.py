@@ -22,6 +22,7 @@ from vqwae import distributed
 from vqwae.data import DatasetNotFoundError
 from vqwae.data.codes import CodesMeta, load_codes, save_codes
 from vqwae.data.images import ImageFileDataset, is_image, list_images
+from vqwae.files import taken
 from vqwae.models import VQAutoencoder
 from vqwae.quantizers import ResidualQuantizer
 from vqwae.progress import progress_bar
@@ -118,8 +119,9 @@ def encode_to_file(source: PathLike, out: PathLike, *, split: str = "test", limi
     ``vqwae eval`` reads it). Returns (the file, its metadata, the number of items).
     An existing ``out`` is replaced only with ``force``."""
     source, out = Path(source), Path(out)
-    if out.exists() and not force:
-        raise FileExistsError(f"{out} exists; pass --force to replace it")
+    if taken(out) and not force:
+        what = "is a symbolic link" if out.is_symlink() else "exists"
+        raise FileExistsError(f"{out} {what}; pass --force to replace it")
     if out.is_dir():
         raise IsADirectoryError(f"--out {out} is a folder: name the codes file (e.g. {out / 'codes.safetensors'})")
     device = torch.device(device)

@@ -27,6 +27,7 @@ from torch import nn
 from vqwae.progress import progress_bar
 
 FEATURE_KINDS = ("quantized", "continuous")
+"""What the linear probe reads: the quantized latents (the paper's probe) or the encoder's continuous ones."""
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from vqwae.extras import require
 
 # scikit-learn (~1.6 s) and matplotlib (~0.9 s) are imported inside the functions that use them: every
 # vqwae command imports this module, few of them draw a t-SNE.
@@ -36,7 +37,7 @@ def _to_numpy(x) -> np.ndarray:
 
 def silhouette_2d(embedding, labels) -> float:
     """sklearn's silhouette score of ``labels`` in ``embedding``; nan when it is undefined."""
-    from sklearn.metrics import silhouette_score
+    silhouette_score = require("sklearn.metrics").silhouette_score
 
     labels = _to_numpy(labels).reshape(-1)
     n_labels = len(np.unique(labels))
@@ -50,8 +51,8 @@ def tsne_embed(features, *, perplexity: float = 30.0, pca_dim: int | None = 50, 
     """(n, F) features -> (n, 2) t-SNE embedding (PCA to ``pca_dim`` first when F is larger).
 
     The perplexity is capped at (n - 1) / 3 so tiny sets still work."""
-    from sklearn.decomposition import PCA
-    from sklearn.manifold import TSNE
+    PCA = require("sklearn.decomposition").PCA
+    TSNE = require("sklearn.manifold").TSNE
 
     x = _to_numpy(features).reshape(len(features), -1).astype(np.float32)
     n = x.shape[0]
@@ -79,9 +80,9 @@ def plot_embedding(embedding, labels, out_png: str | Path, *, title: str = "t-SN
     """Scatter of a 2-D embedding coloured by class with a legend, saved as PNG (Agg backend).
 
     point_size: marker area; None picks one from the number of points (larger for small sets)."""
-    import matplotlib
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+    matplotlib = require("matplotlib")
+    FigureCanvasAgg = require("matplotlib.backends.backend_agg").FigureCanvasAgg
+    Figure = require("matplotlib.figure").Figure  # no pyplot: no global state, no GUI backend
 
     emb = _to_numpy(embedding)
     labels = _to_numpy(labels).reshape(-1)

@@ -104,5 +104,7 @@ class AdversarialLoss(nn.Module):
         return {"discriminator": self.discriminator.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict, strict: bool = True):  # noqa: D102
-        self.discriminator.load_state_dict(state["discriminator"], strict=strict)
+        from vqwae.models.pretrained import load_checked
+
+        load_checked(self.discriminator, state["discriminator"], "the run's discriminator state", strict=strict)
         self.optimizer.load_state_dict(state["optimizer"])

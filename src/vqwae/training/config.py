@@ -26,8 +26,8 @@ from pathlib import Path
 
 from vqwae.data.options import DataOptions
 from vqwae.models.network_options import NetworkConfig, NetworkOptions
-from vqwae.options import (SCHEDULE, WHERE, check_fields, find_leaf, from_flat, identity, option, section, to_flat,
-                           to_nested)
+from vqwae.options import (SCHEDULE, SEED_MAX, WHERE, check_fields, find_leaf, from_flat, identity, option, section,
+                           to_flat, to_nested)
 from vqwae.quantizers.shape import CodebookShape
 from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions, initial_log_var
 from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT
@@ -79,6 +79,8 @@ PRESETS: dict[str, dict] = {
                  legacy_beta=True, ws_weight=1e-3,
                  kl_weight=1.0, shared_pi=False, pull=1.0, lr=4.5e-6 * 32, batch_size=32, epochs=100),
 }
+"""Named bundles of settings (``vqwae train --preset NAME``, ``TrainConfig.resolve(preset=NAME)``), by flat option
+name: "paper" (the authors' configuration as their code runs it), "paper-fast", "default", "field-vq", "ffhq"."""
 
 #: Fixes that changed what a configuration trains with the same options (issue #64), each with the configurations it
 #: touches. A run's identity names those that touch it, so that a run trained before a fix is not taken for one trained
@@ -134,7 +136,7 @@ class RunOptions:
     """The ``run`` section: where a run writes, its seed, device, precision and logging."""
 
     out: str = option("runs/run", "the run folder (RUN_DIR)", role=WHERE)
-    seed: int = option(0, "random seed (initialisation, batch order, splits)")
+    seed: int = option(0, "random seed (initialisation, batch order, splits)", min=0, max=SEED_MAX)
     device: str = option("auto", "auto (CUDA when present) | cpu | cuda | cuda:N", role=WHERE)
     precision: str = option("fp32", "autocast precision; quantization always runs in fp32", choices=PRECISIONS)
     logger: str = option("none", "live curves besides metrics.jsonl: tensorboard (RUN_DIR/tensorboard; "
