@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-PACKAGES = ["vqwae.quantizers", "vqwae.ot", "vqwae.models", "vqwae.training", "vqwae.data", "vqwae.metrics",
+PACKAGES = ["vqwae.quantizers", "vqwae.compat", "vqwae.ot", "vqwae.models", "vqwae.training", "vqwae.data", "vqwae.metrics",
             "vqwae.prior"]
 
 

@@ -16,6 +16,7 @@ import importlib.abc
 import io
 import json
 import os
+import shutil
 import sys
 import traceback
 from pathlib import Path
@@ -42,8 +43,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
-OUT = WORK / f"out_{BLOCKED}"
-OUT.mkdir(exist_ok=True)
+OUT = WORK / f"out_{BLOCKED}"  # this walk's own: what an earlier walk left there is not its to keep
+shutil.rmtree(OUT, ignore_errors=True)
+OUT.mkdir()
 RUN = WORK / "run"
 HINT = "pip install 'vqwae["
 if SHARED is not None:  # the metrics' weights from ../shared, as a user's environment names them
@@ -96,7 +98,7 @@ def api_entries():
     """Every lazy export of every package, then the calls that import an extra inside a function."""
     import vqwae
 
-    for pkg in ("quantizers", "ot", "models", "data", "training", "metrics", "figures", "studies", "prior",
+    for pkg in ("quantizers", "compat", "ot", "models", "data", "training", "metrics", "figures", "studies", "prior",
                 "reproduce"):
         def export(pkg=pkg):
             module = importlib.import_module(f"vqwae.{pkg}")

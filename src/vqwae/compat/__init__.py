@@ -1,0 +1,11 @@
+"""Other libraries' APIs on vqwae's quantizers: ``from vqwae.compat import VectorQuantize`` in place of
+``from vector_quantize_pytorch import VectorQuantize`` (docs/guides/migration.md)."""
+from typing import TYPE_CHECKING
+
+from vqwae.lazy import attach
+
+if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy)
+    from vqwae.compat.vector_quantize import ARGUMENTS, FORWARD_ARGUMENTS, LossBreakdown, VectorQuantize
+
+__all__ = ["VectorQuantize", "LossBreakdown", "ARGUMENTS", "FORWARD_ARGUMENTS"]
+__getattr__, __dir__ = attach(__name__)
