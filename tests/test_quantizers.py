@@ -330,3 +330,23 @@ def test_diagnostics_read_the_transport_against_pi_and_its_sampling_floor():
     paper = PaperWassersteinQuantizer(num_codes=16, dim=DIM, channel_last=True, solver="exact")
     p = diagnostics(paper, held)
     assert p.tv_cells is None and p.w_ratio is None and p.cells_disagree is None and p.tv_nearest > 0
+
+
+def test_a_shared_pis_ws_term_is_the_batchs_w_times_the_positions_of_a_sample():
+    """The convention of ``ws_weight`` with one shared pi (issue #82): the same latents as B samples of M positions
+    or as B x M samples of one position pose the same transport problem (pooled latents against pi), and the WS term
+    of the first is M times the second's, so lambda means what it means with one pi per position (sum over m). The
+    authors' global exact form takes the batch's W once (x1) and their dual form W / B."""
+    import copy
+
+    from vqwae.quantizers import WassersteinQuantizer
+
+    b, d, m = 4, 8, 16
+    z = torch.randn(b, d, m)
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=32, dim=d).train()
+    q(torch.randn(b, d, m))  # the data start, so both see the same codebook and potential
+    one = copy.deepcopy(q)
+    as_positions = q(z).losses["ws"]
+    as_samples = one(z.permute(0, 2, 1).reshape(b * m, d, 1)).losses["ws"]
+    assert torch.allclose(as_positions, m * as_samples, rtol=1e-5), (as_positions, as_samples)

@@ -8,8 +8,10 @@ Any phi gives a lower bound of the entropic OT value W_eps (weak duality); the m
 a small MLP on the codeword (D -> hidden -> 1), one per group, all groups batched in one einsum.
 :class:`DualSolver` holds the potentials and, per training step, ascends them, then evaluates S as the WS term,
 as the authors' code runs it: eps absolute (0.01 on CIFAR-10, 0.1 on MNIST: ``catalog.authors_dual_epsilon``) and
-phi's values held in the outer loss (their ``.detach()``). Not here: the transposed problem (a potential on the
-latents) their code adds.
+phi's values held in the outer loss (their ``.detach()``). Where their dual form (not a report row) departs from this
+one, each left as the paper writes it: they solve one global OT over every position (here one per position, Eq. 7's
+sum over m), divide its value by the batch (here the mean over latents), add the transposed problem (a potential on
+the latents), and train phi with Adam(amsgrad=True, weight_decay=0.1) (here plain Adam at ``phi_lr``).
 """
 from __future__ import annotations
 
