@@ -60,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (FSQ_LEVELS, OwnRandomness, blank_positions, parse_settings, plot,  # noqa: E402
                     training_batches)
 from host_networks import HOSTS, PATCH, TOKENS, blank_bound, build_host, random_mask  # noqa: E402
+from peer_ot import OptVQ, WassersteinVQ  # noqa: E402
 
 from vqwae.data import load_splits  # noqa: E402
 from vqwae.metrics.usage import CodeUsage  # noqa: E402
@@ -118,6 +119,18 @@ class Ours(nn.Module):
         return out.quantized, out.indices, out.loss
 
 
+class OTPeer(nn.Module):
+    """A quantizer of ``peer_ot.py`` (OptVQ, Wasserstein VQ: already (z, mask) -> (quantized, indices, loss)) where
+    the evaluation looks for a model's quantizer (``.q``)."""
+
+    def __init__(self, q: nn.Module):
+        super().__init__()
+        self.q, self.num_codes = q, q.num_codes
+
+    def forward(self, z, mask):
+        return self.q(z, mask)
+
+
 def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool) -> dict:
     """name -> a function building that quantizer; the VQ-WAE rows are the constructor's defaults."""
     k, d = num_codes, dim
@@ -147,6 +160,9 @@ def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool
         "FSQ": lambda **o: Peer("fsq", k, d),
         "SimVQ": lambda **o: Peer("simvq", k, d),  # the large-K peers (issue #67): not in the default list
         "LFQ": lambda **o: Peer("lfq", k, d),
+        # the optimal-transport peers without a package (peer_ot.py, their papers' defaults): not in the default list
+        "OptVQ": lambda **o: OTPeer(OptVQ(k, d, **o)),
+        "Wasserstein-VQ": lambda **o: OTPeer(WassersteinVQ(k, d, **o)),
         "VQ-WAE": lambda **o: Ours(lambda: WassersteinQuantizer(num_codes=k, dim=d, channel_last=True, **o), k),
         "VQ-WAE per-position": lambda **o: Ours(lambda: WassersteinQuantizer(
             num_codes=k, dim=d, channel_last=True, num_positions=positions, **o), k),
@@ -278,8 +294,8 @@ def main():
     ap.add_argument("--models", default=None, help="comma-separated (default: every quantizer of the host)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
                     help="an extra VQ-WAE with some options changed, e.g. 'cd 0.95:codebook_decay=0.95' "
-                         "('per-position' in the label: one pi per position; labelled 'VQ-WAE', it replaces the default "
-                         "and draws its random numbers: a paired comparison with the default's own run)")
+                         "('per-position' in the label: one pi per position; labelled 'VQ-WAE', it replaces the "
+                         "default and draws its random numbers: a paired comparison with the default's own run)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--tag", default="")
     ap.add_argument("--stream", type=int, default=0,
@@ -313,7 +329,8 @@ def main():
     if sequence:  # a per-position pi needs every position in every row: no padding
         factories.pop("VQ-WAE per-position")
     names = ([n.strip() for n in args.models.split(",")] if args.models
-             else [n for n in factories if n not in ("vqwae VQ kmeans+expiry", "VQ-WAE pull 1", "SimVQ", "LFQ")])
+             else [n for n in factories if n not in ("vqwae VQ kmeans+expiry", "VQ-WAE pull 1", "SimVQ", "LFQ", "OptVQ",
+                                                     "Wasserstein-VQ")])
     for v in args.variant:
         label, _, settings = v.partition(":")
         base = "VQ-WAE per-position" if "per-position" in label else "VQ-WAE"

@@ -1,4 +1,4 @@
-"""`vqwae demo` end to end on the embedded digits (one epoch; `make demo` runs twelve)."""
+"""`vqwae demo` end to end on the embedded digits (one epoch; `make demo` runs twelve): four runs, one summary."""
 import json
 
 from typer.testing import CliRunner
@@ -11,10 +11,10 @@ def test_demo_writes_runs_pictures_and_summary(tmp_path):
     r = CliRunner().invoke(app, ["demo", "--out", str(out), "--epochs", "1", "--num-codes", "16", "--device", "cpu"])
     assert r.exit_code == 0, r.output + repr(r.exception)
     rows = json.loads((out / "summary.json").read_text())
-    assert [row["model"] for row in rows] == ["vqwae", "vqvae"]
+    assert [row["model"] for row in rows] == ["vqwae", "field-vq", "vqvae", "vqvae-uniform"]
     for row in rows:
         assert 1 <= row["test_perplexity"] <= 16 and row["test_mse"] > 0
-    for model in ("vqwae", "vqvae"):
+    for model in ("vqwae", "field-vq", "vqvae", "vqvae-uniform"):
         for name in ("model.safetensors", "metrics.jsonl", "eval.json", "reconstructions_test.png", "code_usage_test.png"):
             assert (out / model / name).is_file(), (model, name)
     assert (out / "code_usage.png").stat().st_size > 1000

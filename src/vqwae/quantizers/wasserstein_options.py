@@ -64,10 +64,8 @@ class _SharedOptions:
     """The options both quantizers read: the loss's weights and pi."""
 
     ws_weight: float = option(3e-3, "vqwae: lambda, on sum_m W^m (the paper, --preset paper: 1e-3; "
-                              "docs/lab/01-07.md#ablation-departures measures both). With one shared pi the batch's W "
-                              "is multiplied by the M positions of a sample, so lambda means the same as with one pi "
-                              "per position; the authors' global exact form takes W x 1 (their lambda = M x this "
-                              "one) and their dual form W / B (B x M x this one)", min=0)
+                              "docs/lab/01-07.md#ablation-departures measures both); a shared pi's W counts x M "
+                              "positions (the authors' global exact form: x1, their dual form: / B)", min=0)
     kl_weight: float | None = option(None, "vqwae: lambda_r, on sum_m KL(pi^m || U_K) (the authors' code divides by "
                                      "K: this is K x their weight); None: "
                                      f"{default_kl_weight(shared=False)} with one pi per position (the paper), "

@@ -1,8 +1,11 @@
-"""The demo: VQ-WAE against VQ-VAE on scikit-learn's embedded digits (no files, no network).
+"""The demo: VQ-WAE against the field's VQ and VQ-VAE on scikit-learn's embedded digits (no files, no network).
 
-Both train with the same network, batch, codebook and steps, are evaluated on the test split, and are
-compared in OUT/code_usage.png (side by side) and OUT/summary.json. OUT/{vqwae,vqvae}/ are full run
-folders. Rerunning resumes or reuses the finished runs instead of overwriting them.
+Four runs (``MODELS``) train with the same network, batch, codebook and steps: VQ-WAE as shipped, the field's VQ (the
+``field-vq`` preset: EMA, k-means start, dead-code expiry), and VQ-VAE twice, as the authors' code starts it (its
+codebook N(0, 1)) and from the uniform (-1/K, 1/K) start of the public VQ-VAE code the authors' network comes from,
+the strongest VQ-VAE start measured (docs/lab/48-.md#vqvae-start). Each is evaluated on the test split; all are
+compared in OUT/code_usage.png (side by side) and OUT/summary.json. OUT/<model>/ are full run folders. Rerunning
+resumes or reuses the finished runs instead of overwriting them.
 """
 from __future__ import annotations
 
@@ -16,7 +19,9 @@ from vqwae.runs import layout
 from vqwae.runs.evaluation import evaluate_run
 from vqwae.training import TrainConfig, train
 
-MODELS = ("vqwae", "vqvae")
+#: the runs, by folder name: the training options that make each
+MODELS = {"vqwae": dict(model="vqwae"), "field-vq": dict(preset="field-vq"), "vqvae": dict(model="vqvae"),
+          "vqvae-uniform": dict(model="vqvae", vq_init="uniform")}
 SUMMARY = "summary.json"
 USAGE_PNG = "code_usage.png"
 
@@ -28,9 +33,9 @@ def run_demo(out: Path, *, epochs: int = 12, num_codes: int = 128, device: str =
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows, counts = [], {}
-    for model in MODELS:
+    for model, options in MODELS.items():
         run = out / model
-        cfg = TrainConfig.resolve(model=model, dataset="digits", out=str(run), epochs=epochs, num_codes=num_codes,
+        cfg = TrainConfig.resolve(**options, dataset="digits", out=str(run), epochs=epochs, num_codes=num_codes,
                                   device=device, threads=threads)
         done = layout.last_epoch(layout.read_metrics(run))
         if (run / layout.STATE).exists() and done >= epochs:  # a finished run is reused as it is, config and all

@@ -95,6 +95,9 @@ FIXES = {
     # field-vq rows' first batches do not (their weights after 3 steps are bit-identical before and after, MNIST
     # and CIFAR-10, K = 64 and 512): their identities stay.
     "ema-count-start": lambda c: c.model == "vqvae" and c.quantizer.vqvae.ema and c.quantizer.vqvae.init != "kmeans",
+    # the paper's networks keep PyTorch's default convolution biases, as the authors' weights_init does (issue #82:
+    # they were zeroed, and the latents started ~24x smaller); VQGAN's network has taming's own start
+    "authors-init": lambda c: c.network.arch != "vqgan",
 }
 
 
