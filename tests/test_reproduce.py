@@ -127,7 +127,7 @@ def test_plan_lists_the_runs_and_where_they_stand(smoke, tmp_path):
                                  "--records", str(rep.parent / "records")])
     assert r.exit_code == 0, r.output
     assert "record  full  digits/vqwae[preset=paper]  <- recon" in r.output
-    assert "12 runs of 2 steps at the `smoke` budget: 12 record" in r.output  # recon's 6 and lambda's 6
+    assert "13 runs of 2 steps at the `smoke` budget: 13 record" in r.output  # recon's 7 and lambda's 6
     assert not (tmp_path / "new").exists()  # a plan writes nothing
     r = CliRunner().invoke(app, ["reproduce", "--plan", "--experiment", "recon", "--budget", "smoke",
                                  "--datasets", "digits", "--out", str(rep)])

@@ -7,7 +7,8 @@ import numpy as np
 from vqwae.reproduce.grid import BASELINES, FIELD_ROWS, WAE_ROWS
 from vqwae.reproduce.report import Claim, fmt
 
-NAMES = {"vqvae": "VQ-VAE", "sqvae": "SQ-VAE (unit-scale latents)", "vqvae-field": "VQ (k-means + expiry)",
+NAMES = {"vqvae": "VQ-VAE", "vqvae-uniform": "VQ-VAE (uniform start)",
+         "sqvae": "SQ-VAE (unit-scale latents)", "vqvae-field": "VQ (k-means + expiry)",
          "vqvae-field-rot": "VQ (k-means + expiry + rotation)", "vqwae-paper": "VQ-WAE (paper)",
          "vqwae": "VQ-WAE (shipped)"}
 
@@ -130,8 +131,8 @@ def claim_monotone(text: str, values: list[float], rising: bool, config: str = "
 
 
 def against_baselines(values: dict, row: str) -> dict:
-    """A VQ-WAE row's value beside the baselines' (the other VQ-WAE row is not a competitor)."""
-    return {m: values[m] for m in (*BASELINES, row)}
+    """A VQ-WAE row's value beside the baselines' that ran (the other VQ-WAE row is not a competitor)."""
+    return {m: values[m] for m in (*BASELINES, row) if m in values}
 
 
 FIELD_COLUMN = "field"  # the summary's column: the shipped VQ-WAE against the field's VQ alone (both its forms)

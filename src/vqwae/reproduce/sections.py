@@ -48,9 +48,12 @@ def recon(datasets, results, b: Budget, out: Path, data_root: str | None = None,
                                  close=within_seeds(ppl, SEED_SPREAD, b.name, d, "perplexity"))
             claims += vqwae_best(f"{d}: VQ-WAE has the lowest rFID", rfid, w, lower=True,
                                  close=within_seeds(rfid, rfid_spread(d), b.name, d, "rfid"))
-            if ppl[w] is not None and ppl["vqvae"] is not None:
-                claims.append(Claim(f"{d}: VQ-WAE uses its codebook far better than VQ-VAE (perplexity at least 2x)",
-                                    ppl[w] >= 2 * ppl["vqvae"], f"{fmt(ppl[w])} vs {fmt(ppl['vqvae'])}", WAE_ROWS[w]))
+            vqvaes = [v for v in ("vqvae", "vqvae-uniform") if ppl.get(v) is not None]  # both of its starts
+            if ppl[w] is not None and vqvaes:
+                strongest = max(ppl[v] for v in vqvaes)
+                claims.append(Claim(f"{d}: VQ-WAE uses its codebook far better than VQ-VAE (perplexity at least 2x, "
+                                    "against either of VQ-VAE's starts)", ppl[w] >= 2 * strongest,
+                                    f"{fmt(ppl[w])} vs {' / '.join(fmt(ppl[v]) for v in vqvaes)}", WAE_ROWS[w]))
         fig = out / "figures" / f"recon_usage_{d}.png"
         side_by_side_usage({NAMES[m]: _usage(results, row_spec(d, m)) for m in MODELS}, fig,
                            title=f"Code usage on the {d} test split (K=512)")
