@@ -127,3 +127,25 @@ def eig_frechet(mu1, s1, mu2, s2) -> float:
     r1 = (v * np.sqrt(np.clip(w, 0, None))) @ v.T
     ev = np.linalg.eigvalsh(r1 @ s2 @ r1)
     return float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.sqrt(np.clip(ev, 0, None)).sum())
+
+
+# ---- a vector-quantize-pytorch training loop (test_dropin, test_compat) --------------------------------------
+def vector_quantize_pytorch_loop(vq, steps: int = 40):
+    """A training loop as vector-quantize-pytorch's README writes it: channel-last (B, N, D) latents,
+    ``quantized, indices, loss = vq(x)``, one optimizer over the model's parameters. Returns the first and last
+    reconstruction losses and the last indices."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model = torch.nn.ModuleDict(dict(enc=torch.nn.Linear(16, 32), vq=vq, dec=torch.nn.Linear(32, 16)))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    x = torch.randn(32, 64, 16, generator=torch.Generator().manual_seed(1))
+    losses = []
+    for _ in range(steps):
+        quantized, indices, loss = model["vq"](model["enc"](x))
+        rec = F.mse_loss(model["dec"](quantized), x)
+        opt.zero_grad()
+        (rec + loss).backward()
+        opt.step()
+        losses.append(float(rec.detach()))
+    return losses[0], losses[-1], indices

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.helpers import vector_quantize_pytorch_loop
 from vqwae.compat import ARGUMENTS, FORWARD_ARGUMENTS, LossBreakdown, VectorQuantize
 
 BACKENDS = ["wasserstein", "vector"]
@@ -155,25 +156,7 @@ def test_the_migration_page_lists_every_argument():
     assert not missing, missing
 
 
-def _loop(vq, steps=60):
-    """vector-quantize-pytorch's training loop: ``quantized, indices, loss = vq(x)``, one optimiser over the
-    model's parameters. Returns the first and last reconstruction losses and the last indices."""
-    torch.manual_seed(0)
-    model = torch.nn.ModuleDict(dict(enc=torch.nn.Linear(16, 32), vq=vq, dec=torch.nn.Linear(32, 16)))
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    x = torch.randn(32, 64, 16, generator=torch.Generator().manual_seed(1))
-    losses = []
-    for _ in range(steps):
-        quantized, indices, loss = model["vq"](model["enc"](x))
-        rec = torch.nn.functional.mse_loss(model["dec"](quantized), x)
-        opt.zero_grad()
-        (rec + loss).backward()
-        opt.step()
-        losses.append(float(rec.detach()))
-    return losses[0], losses[-1], indices
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_peers_loop_trains_with_the_import_line_changed(backend):
-    first, last, indices = _loop(VectorQuantize(dim=32, codebook_size=64, backend=backend))
+    first, last, indices = vector_quantize_pytorch_loop(VectorQuantize(dim=32, codebook_size=64, backend=backend), 60)
     assert last < 0.8 * first and indices.unique().numel() > 32

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.helpers import vector_quantize_pytorch_loop
+
 from vqwae.quantizers import build_quantizer
 
 KINDS = ("wasserstein", "vector", "stochastic")
@@ -365,27 +367,6 @@ def test_ddp_splitting_unused_codes_keeps_every_buffer_and_pi_identical(tmp_path
 
 
 # ---- a vector-quantize-pytorch loop, the constructor line changed (issue #66) ---------------------------------
-def _vector_quantize_pytorch_loop(vq, steps: int = 40):
-    """A training loop as vector-quantize-pytorch's README writes it: channel-last (B, N, D) latents,
-    ``quantized, indices, loss = vq(x)``, one optimizer over the model's parameters. Returns the first and last
-    reconstruction losses and the last indices."""
-    import torch.nn.functional as F
-
-    torch.manual_seed(0)
-    model = torch.nn.ModuleDict(dict(enc=torch.nn.Linear(16, 32), vq=vq, dec=torch.nn.Linear(32, 16)))
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    x = torch.randn(32, 64, 16, generator=torch.Generator().manual_seed(1))
-    losses = []
-    for _ in range(steps):
-        quantized, indices, loss = model["vq"](model["enc"](x))
-        rec = F.mse_loss(model["dec"](quantized), x)
-        opt.zero_grad()
-        (rec + loss).backward()
-        opt.step()
-        losses.append(float(rec.detach()))
-    return losses[0], losses[-1], indices
-
-
 def test_a_vector_quantize_pytorch_loop_trains_with_the_constructor_line_changed():
     import warnings
 
@@ -393,7 +374,7 @@ def test_a_vector_quantize_pytorch_loop_trains_with_the_constructor_line_changed
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # pi is in the optimizer: no warning
-        first, last, indices = _vector_quantize_pytorch_loop(WassersteinQuantizer(dim=32, num_codes=64,
+        first, last, indices = vector_quantize_pytorch_loop(WassersteinQuantizer(dim=32, num_codes=64,
                                                                                   channel_last=True))
     assert indices.shape == (32, 64) and indices.unique().numel() > 48  # most codes in use
     assert last < 0.8 * first
@@ -401,7 +382,7 @@ def test_a_vector_quantize_pytorch_loop_trains_with_the_constructor_line_changed
         from vector_quantize_pytorch import VectorQuantize
     except ImportError:
         return  # the peer is a benchmark extra (vqwae[bench])
-    peer_first, peer_last, _ = _vector_quantize_pytorch_loop(VectorQuantize(dim=32, codebook_size=64))
+    peer_first, peer_last, _ = vector_quantize_pytorch_loop(VectorQuantize(dim=32, codebook_size=64))
     assert peer_last < peer_first  # the same loop, unchanged, trains the peer too
 
 
