@@ -4,8 +4,10 @@ tuned in (issue #34), at equal steps, on the same batches.
 A default is a promise to networks we have never seen, so every quantizer is dropped, as a user would drop it,
 into each of the hosts of `host_networks.py` (all take 32x32 images, batch 32, Adam 1e-3):
 
-* ``paper``: the paper's 32x32 network as vqwae ships it (N(0, 0.02) convolutions, latent 64 x 8 x 8);
-* ``default-init``: the same layers with PyTorch's default initialisation (its latents start ~100x larger);
+* ``paper``: the paper's 32x32 network as vqwae ships it (the authors' start: N(0, 0.02) convolution weights,
+  PyTorch's default biases; before 2026-12-01 the biases were zeroed: result files up to tag ``zoo3000``), latent 64 x 8 x 8;
+* ``default-init``: the same layers with PyTorch's default initialisation, weights too (its latents start at the
+  ``paper`` host's RMS since the authors' start, 0.05-0.06 on 32 CIFAR-10 images; ~25x above the zero-bias start);
 * ``groupnorm``: a GroupNorm / SiLU ResNet autoencoder (VQGAN-style blocks) with a narrow latent, 16 x 8 x 8;
 * ``sequence``: a transformer over the image's 64 patches of 4x4 pixels, channel-last tokens (B, 64, 32),
   each row a random number (16-64) of real tokens and the rest padding (a mask; the loss is over real patches);
