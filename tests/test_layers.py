@@ -13,6 +13,7 @@ LAYERS = [
     ("fused",),
     ("ot",),
     ("quantizers",),
+    ("compat",),
     ("models",),
     ("data",),
     ("metrics",),
