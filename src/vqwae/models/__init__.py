@@ -7,6 +7,7 @@ if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy), in the API
     from vqwae.models.autoencoder import VQAutoencoder
     from vqwae.models.networks import Decoder, Encoder, build_networks
     from vqwae.models.network_options import NetworkConfig, NetworkOptions
+    from vqwae.models.pretrained import load_checked
 
-__all__ = ["VQAutoencoder", "NetworkConfig", "NetworkOptions", "Encoder", "Decoder", "build_networks"]
+__all__ = ["VQAutoencoder", "NetworkConfig", "NetworkOptions", "Encoder", "Decoder", "build_networks", "load_checked"]
 __getattr__, __dir__ = attach(__name__)

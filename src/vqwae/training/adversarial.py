@@ -104,7 +104,7 @@ class AdversarialLoss(nn.Module):
         return {"discriminator": self.discriminator.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict, strict: bool = True):  # noqa: D102
-        from vqwae.models.pretrained import load_checked
+        from vqwae.models import load_checked
 
         load_checked(self.discriminator, state["discriminator"], "the run's discriminator state", strict=strict)
         self.optimizer.load_state_dict(state["optimizer"])

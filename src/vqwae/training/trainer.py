@@ -35,8 +35,7 @@ from torch.utils.data import DataLoader
 
 from vqwae import distributed
 from vqwae.data import load_splits
-from vqwae.models import VQAutoencoder, build_networks
-from vqwae.models.pretrained import load_checked
+from vqwae.models import VQAutoencoder, build_networks, load_checked
 from vqwae.progress import progress_bar, refresh_interval
 from vqwae.provenance import provenance
 from vqwae.quantizers import build_quantizer
@@ -194,10 +193,10 @@ def _load_training_data(cfg: TrainConfig, rank: int, world: int):
         raise ValueError(f"{data.dataset}: {len(splits.train)} training and {len(splits.val)} validation images; "
                          "training needs both (an image folder gives a tenth of its images, rounded down, to "
                          "validation: at least 10 images, or ROOT/train and ROOT/val folders)")
-    if world > 1 and len(splits.train) < opt.batch_size * world:  # epoch_batches: whole global batches only
+    if world > 1 and len(splits.train) < opt.batch_size * world:  # epoch_batches takes whole global batches only
         raise ValueError(f"a global batch of {opt.batch_size * world} ({world} processes x --batch-size "
-                         f"{opt.batch_size}) is more than the {len(splits.train)} training images, so no rank would "
-                         "take a step; lower --batch-size or start fewer processes")
+                         f"{opt.batch_size}) is more than the {len(splits.train)} training images, so no rank "
+                         "would take a step; lower --batch-size or start fewer processes")
     val_idx = list(range(rank, len(splits.val), world))  # each rank validates its own share
     return splits, DataLoader(splits.val, batch_size=max(opt.batch_size, 256), sampler=val_idx,
                               num_workers=data.num_workers)
@@ -245,8 +244,7 @@ class _Training:
         checkpoint.set_rng_state(state["rng"])
 
     def start(self, scope: contextlib.ExitStack, *, progress: bool | None) -> None:
-        main = self.dist.is_main
-        # The logger first: one that cannot start (tensorboard missing) refuses before the run's files change.
+        main = self.dist.is_main  # the logger first: one that cannot start refuses before the run's files change
         self.logger = scope.enter_context(contextlib.closing(build_logger(self.cfg.run.logger, self.run_dir, main)))
         if main:  # only once the data, the model and any saved state have loaded: a failed start changes nothing
             folder.write_config(self.run_dir, self.cfg)
