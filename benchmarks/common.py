@@ -14,7 +14,7 @@ A configuration is (the quantizer's registry kind, its options, its runtime sett
 c3f1090), as ``WassersteinQuantizer`` options with the transport codebook update, the default of the time. Runtime
 settings (``graph_update``, ``compile_update``) are ``set_runtime`` calls.
 
-The comparisons (``peer_comparison.py``, ``hosts.py``, ``residual_comparison.py``, ``controllability_toy.py``) share
+The comparisons (``hosts.py``, ``controllability_toy.py``) share
 their harness here too: the FSQ levels per K, the ``--variant`` settings' syntax (``parse_settings``), each model's
 own random numbers (``OwnRandomness``), the batches every model of a comparison trains on (``training_batches``)
 and the curves' plot.
@@ -97,7 +97,7 @@ def loadavg() -> str:
         return "n/a"
 
 
-# ---- the comparison harness shared by peer_comparison.py, hosts.py, residual_comparison.py, controllability_toy.py
+# ---- the comparison harness shared by hosts.py and controllability_toy.py
 # FSQ levels per codebook size: the FSQ paper's recommendations (Mentzer et al. 2023, Table 1) where it gives
 # one, else the product of levels of 8 and 4 that equals K.
 FSQ_LEVELS = {512: (8, 8, 8), 1024: (8, 5, 5, 5), 4096: (7, 5, 5, 5, 5), 8192: (8, 8, 8, 4, 4),

@@ -5,7 +5,8 @@ A default is a promise to networks we have never seen, so every quantizer is dro
 into each of the hosts of `host_networks.py` (all take 32x32 images, batch 32, Adam 1e-3):
 
 * ``paper``: the paper's 32x32 network as vqwae ships it (the authors' start: N(0, 0.02) convolution weights,
-  PyTorch's default biases; before 2026-12-01 the biases were zeroed: result files up to tag ``zoo3000``), latent 64 x 8 x 8;
+  PyTorch's default biases; before 2026-12-01 the biases were zeroed: result files up to tag ``zoo3000``), latent
+  64 x 8 x 8;
 * ``default-init``: the same layers with PyTorch's default initialisation, weights too (its latents start at the
   ``paper`` host's RMS since the authors' start, 0.05-0.06 on 32 CIFAR-10 images; ~25x above the zero-bias start);
 * ``groupnorm``: a GroupNorm / SiLU ResNet autoencoder (VQGAN-style blocks) with a narrow latent, 16 x 8 x 8;
@@ -39,9 +40,14 @@ file of encoded images written by ``benchmarks/device_pack.py`` (for a machine w
 re-seeds, data starts) drawn afresh, on the seed's host weights, batches and quantizer construction: how far one run
 of a cell is from another (lab 52n).
 
-Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_stream<N>][_<tag>].json and a PNG of the
-curves. A second run of the same cell, stream and tag refuses to start while the first is writing (give it its own
-``--tag``).
+``--trace-every N`` records, every N steps, VQ-WAE's transport state on the step's own latents (``transport_state``:
+the cost scale, the potential's spread, the EMA cells' TV to pi, the dead shares by the EMA mass and by each code's
+own record, the latents' and codebook's RMS, the splits so far); every evaluation records it on the test latents,
+with the share of empty transport cells (issue #81's collapse diagnosis, lab 55).
+
+Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_stream<N>][_<tag>].json (with ``--plot``
+also a PNG of the curves beside it: not committed, the JSON holds them). A second run of the same cell, stream and
+tag refuses to start while the first is writing (give it its own ``--tag``).
 """
 from __future__ import annotations
 
@@ -66,7 +72,10 @@ from peer_ot import OptVQ, WassersteinVQ  # noqa: E402
 
 from vqwae.data import load_splits  # noqa: E402
 from vqwae.metrics.usage import CodeUsage  # noqa: E402
+from vqwae.ot.histogram import code_histogram  # noqa: E402
+from vqwae.ot.transport import latents_by_group  # noqa: E402
 from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer, diagnostics  # noqa: E402
+from vqwae.quantizers.transport_codebook import SPLIT_DEAD  # noqa: E402
 from vqwae.training.lock import RunFolderBusy, RunLock  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -257,6 +266,36 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
         # (tokens, 1, D) with a mask's real latents only: the quantizer's channel-last layout
         diag = diagnostics(level, real[:, None] if real.dim() == 2 else real, generator=gen)
         row.update({k: getattr(diag, k) for k in ("tv_cells", "tv_nearest", "tv_floor", "w_ratio", "cells_disagree")})
+        row.update(transport_state(levels[0], real[:, None] if real.dim() == 2 else real, cells=True))
+    return row
+
+
+@torch.no_grad()
+def transport_state(q: WassersteinQuantizer, z: torch.Tensor, cells: bool = False) -> dict:
+    """The transport map's state on the latents z (channel-last, (B, N, D)) (issue #81's collapse diagnosis): the
+    cost scale the potential is measured in (the solver's EMA of the quantization error), the potential's spread in
+    cost units and in that scale's units, the mean excess cost of the map over the nearest code in the scale's units,
+    the TV to pi of the EMA transported mass (what the splits read) and the share of codes it calls dead (below
+    SPLIT_DEAD x pi_k), the latents' and codebook's RMS, the splits made so far; with ``cells`` also the share of
+    codes whose transport cell holds none of these latents (meaningful where they are many latents per code)."""
+    x = latents_by_group(q.flatten(z), q.solver.shared)  # (N, G, D)
+    nearest, assigned, _, g = q.solver.assign_batch(x, q.embedding)
+    scale = float(q.solver.scale)
+    cost = lambda idx: (x - q.embedding[idx]).pow(2).sum(-1)  # noqa: E731
+    pi = q.pi.mean(0)
+    share = q.transport.mass / q.transport.mass.sum().clamp_min(1e-30)
+    row = dict(scale=scale, g_std=float(g.std()), g_range=float(g.max() - g.min()),
+               potential_std=float(q.solver.potential.std()),
+               excess_cost=float((cost(assigned) - cost(nearest)).mean()) / max(scale, 1e-30),
+               tv_ema=0.5 * float((share - pi).abs().sum()),
+               dead_share=float((share / pi.clamp_min(1e-30) < SPLIT_DEAD).float().mean()),
+               batch_rms=float(x.pow(2).mean().sqrt()), codebook_rms=float(q.embedding.pow(2).mean().sqrt()),
+               splits=int(getattr(q.transport, "splits", -1)))  # -1: a vqwae without the counter
+    if hasattr(q.transport, "earned"):  # the dead-code test on each code's own record since it was placed
+        t = q.transport
+        row["dead_own"] = float(((t.earned < SPLIT_DEAD * t.expected) & (t.expected > 0)).float().mean())
+    if cells:
+        row["cells_empty"] = float((code_histogram(assigned.reshape(-1), q.num_codes) == 0).float().mean())
     return row
 
 
@@ -299,6 +338,9 @@ def main():
                          "('per-position' in the label: one pi per position; labelled 'VQ-WAE', it replaces the "
                          "default and draws its random numbers: a paired comparison with the default's own run)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--plot", action="store_true", help="also write a PNG of the curves beside the result file")
+    ap.add_argument("--trace-every", type=int, default=0,
+                    help="every N steps, VQ-WAE's transport state on the step's latents (transport_state; 0: never)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--stream", type=int, default=0,
                     help="draw the quantizers' random numbers from stream N of the seed (0: the seed's own); the "
@@ -342,10 +384,12 @@ def main():
     unknown = [n for n in names if n not in factories]
     if unknown:
         raise SystemExit(f"error: unknown model(s) {unknown}; known: {', '.join(factories)}")
-    models, opts, rngs, times, curves = {}, {}, {}, {}, {}
+    models, opts, rngs, times, curves, traces = {}, {}, {}, {}, {}, {}
     for n in names:
         models[n], opts[n] = build_model(args.host, channels, factories[n], args.seed, device)
         rngs[n], times[n], curves[n] = OwnRandomness(args.seed, n, cuda, args.stream), [], []
+        if args.trace_every and _wasserstein_levels(models[n].quantizer):
+            traces[n] = []
     mask_gen = torch.Generator().manual_seed(args.seed + 7)
     test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
     data_meta = blank_bound(test_x, test_mask, args.num_codes) if sequence else {}
@@ -360,6 +404,10 @@ def main():
                 if cuda:  # the step's end, not its launch
                     torch.cuda.synchronize(device)
                 times[n].append(time.perf_counter() - t0)
+                if n in traces and step % args.trace_every == 0:
+                    with torch.no_grad():
+                        z, _ = models[n].host.encode(x, mask)
+                    traces[n].append(dict(step=step, **transport_state(_wasserstein_levels(models[n].quantizer)[0], z)))
         if step % args.eval_every == 0 or step == args.steps:
             for n in names:
                 with rngs[n]:
@@ -368,7 +416,7 @@ def main():
                 f"{n}: ppl {c[-1]['perplexity']:.0f} mse {c[-1]['mse']:.5f}"
                 + (f" tv {c[-1]['tv_cells']:.3f}/{c[-1]['tv_floor']:.3f} w {c[-1]['w_ratio'] or 0:.3f}"
                    if "tv_cells" in c[-1] else "") for n, c in curves.items()), flush=True)
-            write(args, names, times, curves, data_meta)
+            write(args, names, times, curves, data_meta, traces)
 
 
 def result_path(args) -> Path:
@@ -379,7 +427,7 @@ def result_path(args) -> Path:
     return HERE / "results" / f"{stem}.json"
 
 
-def write(args, names, times, curves, data_meta: dict) -> Path:
+def write(args, names, times, curves, data_meta: dict, traces: dict | None = None) -> Path:
     """The result file (rewritten at every evaluation, so a killed run keeps what it measured) and its plot."""
     vq = statistics.median(times["VQ-VAE"]) if "VQ-VAE" in times else None
     rows = [dict(quantizer=n, ms_per_step=1000 * statistics.median(times[n]),
@@ -395,8 +443,10 @@ def write(args, names, times, curves, data_meta: dict) -> Path:
                 command="python benchmarks/hosts.py " + " ".join(sys.argv[1:]))
     out = result_path(args)
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves), indent=1))
-    plot(curves, out.with_suffix(".png"), f"{args.host}, {args.dataset}, K = {args.num_codes}, seed {args.seed}")
+    out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves, **({"traces": traces} if traces else {})),
+                              indent=1))
+    if args.plot:
+        plot(curves, out.with_suffix(".png"), f"{args.host}, {args.dataset}, K = {args.num_codes}, seed {args.seed}")
     return out
 
 

@@ -8,6 +8,16 @@ torch.cuda.max_memory_allocated minus the inputs on GPU. The (N, K) distances ar
 most ``chunk_entries`` (2**24 = 64 MiB of float32), so memory stays bounded while time grows ~ N x K.
 
     .venv/bin/python benchmarks/scaling.py --out benchmarks/results/scaling.json --plot benchmarks/scaling.png
+
+``--peers NAMES`` measures instead the peak memory of one training step at large K (issue #67): does a quantizer's
+memory grow with N x K? Each named quantizer of the host zoo (``hosts.py``'s factories, the same constructors) runs
+alone in a fresh process: built, then five training steps on N random channel-last latents of dimension 64
+(forward, backward, Adam). The figure is the growth of the process's peak resident memory over its value before the
+first step (what the steps allocate beyond the quantizer's state: the (N, K) distances and their kin, and the first
+step's start), and the median time of the last three steps; an out-of-memory child (10 GB cap) is recorded as its
+row. The result file is rewritten after each cell:
+
+    .venv/bin/python benchmarks/scaling.py --peers "VQ-WAE,VQ kmeans+expiry,FSQ" --ks 16384,65536 --ns 2048,8192 --out benchmarks/results/large_k_memory.json
 """
 from __future__ import annotations
 
@@ -24,6 +34,7 @@ from datetime import datetime, timezone
 
 import torch
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 KS = (512, 2048, 8192, 16384)
 NS = (2048, 16384, 65536)
 POSITIONS = 64
@@ -69,6 +80,62 @@ def one(k: int, n: int, device: str, repeats: int, kind: str) -> dict:
                 min_ms=1e3 * min(times), peak_mib=peak / 2**20, repeats=repeats)
 
 
+#: each child's address space: a quantizer that needs more fails with an out-of-memory error, recorded as its row,
+#: instead of taking the machine's memory from the runs beside it
+LIMIT = 10 * 2**30
+
+CHILD = r"""
+import json, resource, statistics, sys, time
+import torch
+sys.path.insert(0, {here!r})
+from hosts import quantizer_factories
+torch.manual_seed(0); torch.set_num_threads(1)
+name, k, n, d = {name!r}, {k}, {n}, {d}
+q = quantizer_factories(k, d, 64, residual=False)[name]()
+params = [p for p in q.parameters() if p.requires_grad]
+opt = torch.optim.Adam(params, lr=1e-3) if params else None
+state_mb = sum(t.numel() * t.element_size() for t in [*q.parameters(), *q.buffers()]) / 2**20
+def step():
+    z = torch.randn(n // 64, 64, d, requires_grad=True)
+    quantized, idx, loss = q(z, None)
+    (quantized.square().mean() + loss).backward()
+    if opt is not None:
+        opt.step(); opt.zero_grad(set_to_none=True)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for _ in range(2):
+    step()
+times = []
+for _ in range(3):
+    t0 = time.perf_counter(); step(); times.append(time.perf_counter() - t0)
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps(dict(step_growth_mb=(peak - base) / 1024, peak_rss_mb=peak / 1024, state_mb=state_mb,
+                      ms_per_step=1000 * statistics.median(times))))
+"""
+
+
+def peers_memory(names: list[str], ks: list[int], ns: list[int], out: str | None) -> None:
+    """``--peers``: each zoo quantizer's step memory in a fresh process, per K and N."""
+    rows = []
+    for k in ks:
+        for n in ns:
+            for name in names:
+                code = CHILD.format(here=str(HERE), name=name, k=k, n=n, d=DIM)
+                res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=3600,
+                                     preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (LIMIT, LIMIT)))
+                row = dict(quantizer=name, num_codes=k, latents=n, dim=DIM)
+                if res.returncode == 0:
+                    row.update(json.loads(res.stdout.strip().splitlines()[-1]))
+                else:
+                    row["error"] = (res.stderr.strip().splitlines() or ["?"])[-1]
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                if out:
+                    meta = dict(date=datetime.now(timezone.utc).isoformat(), command="python benchmarks/scaling.py "
+                                + " ".join(sys.argv[1:]), note="one thread per process; resident memory, MB")
+                    with open(out, "w") as f:
+                        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+
+
 def plot(rows, path):
     import matplotlib
 
@@ -106,9 +173,14 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="JSON results")
     ap.add_argument("--plot", default=None, help="log-log PNG")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # K,N: run one configuration, print JSON
+    ap.add_argument("--peers", default=None, help="comma-separated zoo quantizers: their step memory at large K "
+                    "(each in a fresh process, one thread)")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
+    if a.peers:
+        return peers_memory([m.strip() for m in a.peers.split(",")], [int(v) for v in a.ks.split(",")],
+                            [int(v) for v in a.ns.split(",")], a.out)
     if a.one:
         k, n = map(int, a.one.split(","))
         print(json.dumps(one(k, n, a.device, a.repeats, a.kind)))

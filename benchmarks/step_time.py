@@ -14,6 +14,13 @@ images: CIFAR-10 upsampled, 16x16 latent positions).
 
 A name ending in "+compile" is that model under ``torch.compile(model)`` (inductor, ``--compile-mode``; the optimiser
 step stays eager), compiled during the warm-up (the compile time is reported, not timed as steps).
+
+``--denormals`` times instead what flushing subnormal floats saves on the CPU (issue #65): an Adam step on 500k
+parameters whose moments have decayed into the subnormal range (below 1.2e-38, as a long run's rarely-touched
+weights do), with ``torch.set_flush_denormal`` off and on, the two settings taking turns each round (the trainer
+flushes them: ``vqwae.threads.flush_denormals``):
+
+    .venv/bin/python benchmarks/step_time.py --denormals --rounds 10 --threads 1
 """
 from __future__ import annotations
 
@@ -77,6 +84,38 @@ def step(model, opt, x):
     return loss
 
 
+def adam_on_subnormal_moments(n: int) -> torch.optim.Adam:
+    p = torch.nn.Parameter(torch.randn(n))
+    opt = torch.optim.Adam([p], lr=1e-3)
+    p.grad = torch.full((n,), 1e-22)  # its square is subnormal
+    opt.step()
+    opt.state[p]["exp_avg_sq"].fill_(1e-40)  # subnormal, as after many steps of tiny gradients
+    opt.state[p]["exp_avg"].fill_(1e-40)
+    return opt
+
+
+def time_denormals(params: int, rounds: int, steps: int) -> None:
+    """``--denormals``: the Adam step with subnormal moments, flush off and on, interleaved."""
+    times = {False: [], True: []}
+    for r in range(rounds):
+        for flush in ((False, True) if r % 2 == 0 else (True, False)):
+            torch.set_flush_denormal(flush)
+            opt = adam_on_subnormal_moments(params)
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                opt.step()
+                times[flush].append((time.perf_counter() - t0) * 1e3)
+    torch.set_flush_denormal(False)
+    q = {k: statistics.quantiles(v, n=4) for k, v in times.items()}
+    print(f"Adam step on {params:,} parameters with subnormal moments ({torch.get_num_threads()} thread(s), "
+          f"{rounds} rounds x {steps} steps)")
+    median = {k: statistics.median(v) for k, v in times.items()}
+    for flush in (False, True):
+        print(f"  flush {'on' if flush else 'off'}: median {median[flush]:.2f} ms "
+              f"(IQR {q[flush][0]:.2f}-{q[flush][2]:.2f})")
+    print(f"  ratio off / on: {median[False] / median[True]:.1f}x")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="vqvae,semidiscrete,sinkhorn,dual,exact,sqvae")
@@ -94,9 +133,12 @@ def main(argv=None):
                     choices=("default", "reduce-overhead", "max-autotune-no-cudagraphs"),
                     help="torch.compile mode of the +compile models (reduce-overhead: CUDA graphs)")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--denormals", action="store_true", help="time the Adam step on subnormal moments instead")
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
+    if a.denormals:
+        return time_denormals(500_000, a.rounds, a.steps)
     device = torch.device(a.device)
     names = [n.strip() for n in a.models.split(",") if n.strip()]
     size = NetworkConfig(arch=a.arch).image_side

@@ -13,7 +13,9 @@ from vqwae.training.config import VQWAEOptions
 
 def test_the_update_uses_the_transport_map_not_the_nearest_code():
     torch.manual_seed(0)
-    q = WassersteinQuantizer(num_codes=8, dim=2, num_positions=1, codebook_decay=0.0).train()
+    # decay 0.9 from zero EMAs: the first step's code is exactly its barycentre (at decay 0 a code the step leaves
+    # empty has a whole horizon of record, and is split as dead at once)
+    q = WassersteinQuantizer(num_codes=8, dim=2, num_positions=1, codebook_decay=0.9).train()
     q.set_codebook(torch.randn(8, 2))
     with torch.no_grad():  # a potential that makes the power cells differ from the nearest-code cells
         q.solver.scale.fill_(1.0)
@@ -107,6 +109,26 @@ def test_a_code_the_transport_stopped_reaching_is_split_back_into_the_cloud():
     assert q.embedding[15].norm() < 4
     usage = torch.bincount(q.eval()(torch.randn(4096, 2, 1, 1)).indices.reshape(-1), minlength=16)
     assert (usage > 0).all()  # every code serves latents, the revived one included
+
+
+def test_a_code_a_split_placed_is_judged_by_its_own_record_not_the_mass_it_inherited():
+    """A split hands the moved code half its partner's EMA mass; judged by that EMA, a moved code whose new cell
+    stays empty looks alive until the inherited mass decays below SPLIT_DEAD of its share (22 steps at decay 0.9,
+    ~230 at 0.99: the blind phase of issue #81). Its own record since the split tells within a horizon."""
+    torch.manual_seed(0)
+    q = WassersteinQuantizer(num_codes=16, dim=2, codebook_decay=0.9, learn_pi=False).train()
+    data = torch.randn(4096, 2)
+    q.set_codebook(data[:16])
+    for _ in range(30):
+        q(data[torch.randint(0, 4096, (256,))].view(256, 2, 1, 1))
+    with torch.no_grad():  # code 15 as a split leaves it: a full share of EMA mass, a fresh record, but far away
+        q.embedding[15] = torch.tensor([40.0, 40.0])
+        q.transport.sum[15] = q.embedding[15] * q.transport.mass[15]
+        q.transport.earned[15] = q.transport.expected[15] = 0.0
+    splits = int(q.transport.splits)
+    for _ in range(10):  # its record fills in a horizon (1 / (1 - 0.9) steps), its inherited EMA mass in 22
+        q(data[torch.randint(0, 4096, (256,))].view(256, 2, 1, 1))
+    assert q.embedding[15].norm() < 4 and int(q.transport.splits) > splits
 
 
 def test_splitting_follows_pi_not_uniformity():

@@ -1,7 +1,7 @@
 """The product quantizer's codebook update: the codewords move to the barycentres of the latents the transport map
 sends them (a Lloyd step with the transport plan), codes the transport stops reaching are re-seeded by splitting the
-most overloaded cells (``split_dead``), and, with ``split_unused``, codes no latent is nearest to split the cells with
-the largest error.
+most overloaded cells (``split_dead``; each code judged by its own record since it was last placed), and, with
+``split_unused``, codes no latent is nearest to split the cells with the largest error.
 
 ``TransportCodebook`` owns the EMAs this needs and takes everything else (the codebook, the solver's potential and
 cost scale, pi) as arguments. It runs on the device without a host read; under DDP every rank makes the same move.
@@ -19,6 +19,9 @@ SPLITS_PER_STEP = 256
 #: A code whose transported share falls below this fraction of pi_k is dead and is re-seeded
 #: (docs/lab/09-16.md#host-zoo).
 SPLIT_DEAD = 0.1
+#: A code is judged (dead or not) once its own record covers this share of an EMA horizon since it was placed (the
+#: record's EMA then holds 1 - 1/e of its steady value: about 1 / (1 - decay) steps, 100 at the default 0.99).
+JUDGED_FROM = 1 - 1 / 2.718281828459045
 
 
 class TransportCodebook(nn.Module):
@@ -38,11 +41,19 @@ class TransportCodebook(nn.Module):
         self.register_buffer("nearest_mass", torch.zeros(num_codes))
         self.register_buffer("nearest_error", torch.zeros(num_codes))
         self.register_buffer("nearest_of", torch.full((num_codes,), -1, dtype=torch.long))
+        # The dead-code test's record (issue #81): EMAs, at the codebook's decay, of the latents the map sent each
+        # code and of those its share pi_k would have sent, both zeroed where a split places a code, so that their
+        # ratio is the code's own record since then, not the EMA mass the split handed it, which hid dead codes for
+        # ~200 steps at K = 16,384 (docs/lab/48-.md#collapse-cause)
+        self.register_buffer("earned", torch.zeros(num_codes))
+        self.register_buffer("expected", torch.zeros(num_codes))
+        # the codes moved by a split since construction (dead and unused alike): a diagnostic, not saved
+        self.register_buffer("splits", torch.zeros((), dtype=torch.long), persistent=False)
 
     @torch.no_grad()
     def reset(self) -> None:
         """Forget every statistic (the codebook was drawn anew)."""
-        for t in (self.mass, self.sum, self.steps, self.nearest_mass, self.nearest_error):
+        for t in (self.mass, self.sum, self.steps, self.nearest_mass, self.nearest_error, self.earned, self.expected):
             t.zero_()
         self.nearest_of.fill_(-1)
 
@@ -83,11 +94,14 @@ class TransportCodebook(nn.Module):
         else:
             self.mass.mul_(decay).add_(mass, alpha=1 - decay)
             self.sum.mul_(decay).add_(sums, alpha=1 - decay)
+        due = mass.sum() * pi.mean(0)  # the latents each code's share would have brought this step
+        self.earned.mul_(decay).add_(mass * (1 - decay))
+        self.expected.mul_(decay).add_(due * (1 - decay))
         self.steps += 1 if live is None else live.long()
         ready = self.steps > ready_after
         if live is not None:  # a step without real latents splits nothing
             ready = ready & live
-        self._split_dead(codebook, potential, scale, pi, ready, bool(split_unused))
+        self._split_dead(codebook, potential, scale, pi, due, live, bool(split_unused))
         if split_unused:
             self._track_nearest(codebook, x, assigned, nearest, keep, decay, all_reduce)
             self._split_unused(codebook, potential, scale, pi, beta, split_unused, ready)
@@ -95,7 +109,7 @@ class TransportCodebook(nn.Module):
         centroid = self.sum / self.mass.clamp_min(torch.finfo(x.dtype).tiny).unsqueeze(1)
         codebook.copy_(torch.where(seen.unsqueeze(1), centroid, codebook))
 
-    def _split_dead(self, codebook, potential, scale, pi, ready, tracked: bool) -> None:
+    def _split_dead(self, codebook, potential, scale, pi, due, live, tracked: bool) -> None:
         """Re-seed the codes the transport has stopped reaching by splitting the most overloaded cells.
 
         The transport map gives every code its share pi_k only at the optimum of the potential g, which one ascent
@@ -106,12 +120,20 @@ class TransportCodebook(nn.Module):
         pi_k largest, above 1): the dead code moves next to its partner, the two split the partner's EMAs and share
         its potential, so the power cell is halved at once along the bisector (the LBG splitting step of vector
         quantisation, applied to the transport cells). Dead codes are found relative to pi, so a fixed, non-uniform
-        pi keeps its control."""
+        pi keeps its control.
+
+        A code is judged by its own record since it was placed (``earned`` over ``expected``), from an EMA horizon
+        after (JUDGED_FROM); the overloaded partners by the EMA mass that places them."""
+        tiny = torch.finfo(self.mass.dtype).tiny
+        judged = (self.expected >= JUDGED_FROM * due) & (due > 0)  # an EMA horizon since it was placed
+        served = torch.where(judged, self.earned / self.expected.clamp_min(tiny), torch.inf)
         ratio = self._share_over_pi(self.mass, pi)
-        # the i-th least served code pairs with the i-th most
-        lo = torch.topk(ratio, self._pairs_per_step, largest=False).indices
+        # the i-th least served code pairs with the i-th most loaded
+        lo = torch.topk(served, self._pairs_per_step, largest=False).indices
         hi = torch.topk(ratio, self._pairs_per_step).indices
-        split = (ratio[lo] < SPLIT_DEAD) & (ratio[hi] > 1) & ready
+        split = (served[lo] < SPLIT_DEAD) & (ratio[hi] > 1)
+        if live is not None:  # a step without real latents splits nothing
+            split = split & live
         self._split_pairs(codebook, potential, scale, lo, hi, split, tracked)
 
     @property
@@ -136,6 +158,11 @@ class TransportCodebook(nn.Module):
         # quantization error), towards the dead code's old place
         radius = (scale / self.dim).sqrt()
         u = 0.1 * radius * away / away.norm(dim=1, keepdim=True).clamp_min(tiny) * self.dim ** 0.5
+        self.splits += split.sum()
+        # the moved code starts its own record; its partner keeps its record, its cell halved
+        self.earned[lo] = torch.where(split, 0.0, self.earned[lo])
+        self.expected[lo] = torch.where(split, 0.0, self.expected[lo])
+        self.earned[hi] = torch.where(split, self.earned[hi] / 2, self.earned[hi])
         half = self.mass[hi] / 2
         self.mass[lo] = torch.where(split, half, self.mass[lo])
         self.mass[hi] = torch.where(split, half, self.mass[hi])
