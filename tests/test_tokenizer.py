@@ -121,7 +121,9 @@ def test_encode_a_split_decode_it_and_train_the_prior_on_the_codes(run_dir, tmp_
     assert sorted(p.name for p in (tmp_path / "dec").iterdir() if not p.name.startswith("."))[0] == "grid.png"
     assert len(list((tmp_path / "dec").glob("image_*_class*.png"))) == 5
     images, _, _ = decode_file(run_dir, tmp_path / "test.safetensors", limit=5)
-    assert torch.equal(images, model(x[:5])[0].clamp(0, 1))
+    # the codes were encoded with the whole split in one batch: a batch of 5 may round a boundary latent's
+    # convolution otherwise and pick its neighbouring code, so the reference is the same batch's reconstruction
+    torch.testing.assert_close(images, model(x)[0][:5].clamp(0, 1))
 
     # the two stages meet at the codes file: the prior trains on it, and records it
     invoke("encode", run_dir, "--split", "train", "--out", tmp_path / "train.safetensors", *CPU)
