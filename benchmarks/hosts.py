@@ -42,8 +42,8 @@ of a cell is from another (lab 52n).
 
 ``--trace-every N`` records, every N steps, VQ-WAE's transport state on the step's own latents (``transport_state``:
 the cost scale, the potential's spread, the EMA cells' TV to pi, the dead shares by the EMA mass and by each code's
-own record, the latents' and codebook's RMS, the splits so far); every evaluation records it on the test latents,
-with the share of empty transport cells (issue #81's collapse diagnosis, lab 55).
+own record, the latents' and codebook's RMS, the splits so far); every evaluation of a traced run records it on the
+test latents, with the share of empty transport cells (issue #81's collapse diagnosis, lab 55).
 
 Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_stream<N>][_<tag>].json (with ``--plot``
 also a PNG of the curves beside it: not committed, the JSON holds them). A second run of the same cell, stream and
@@ -206,7 +206,8 @@ def _wasserstein_levels(quantizer: nn.Module) -> list:
 
 
 @torch.no_grad()
-def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None, seed: int) -> dict:
+def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None, seed: int,
+             state: bool = False) -> dict:
     model.eval()
     se = count = 0.0
     distortion = 0.0  # the latents' summed squared quantization error
@@ -266,7 +267,8 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
         # (tokens, 1, D) with a mask's real latents only: the quantizer's channel-last layout
         diag = diagnostics(level, real[:, None] if real.dim() == 2 else real, generator=gen)
         row.update({k: getattr(diag, k) for k in ("tv_cells", "tv_nearest", "tv_floor", "w_ratio", "cells_disagree")})
-        row.update(transport_state(levels[0], real[:, None] if real.dim() == 2 else real, cells=True))
+        if state:  # one more search of every test latent: only where the run traces
+            row.update(transport_state(levels[0], real[:, None] if real.dim() == 2 else real, cells=True))
     return row
 
 
@@ -283,17 +285,17 @@ def transport_state(q: WassersteinQuantizer, z: torch.Tensor, cells: bool = Fals
     scale = float(q.solver.scale)
     cost = lambda idx: (x - q.embedding[idx]).pow(2).sum(-1)  # noqa: E731
     pi = q.pi.mean(0)
-    share = q.transport.mass / q.transport.mass.sum().clamp_min(1e-30)
+    t = q.transport
+    ratio = t._share_over_pi(t.mass, q.pi)  # each code's EMA share over pi_k, as the splits read it
     row = dict(scale=scale, g_std=float(g.std()), g_range=float(g.max() - g.min()),
                potential_std=float(q.solver.potential.std()),
                excess_cost=float((cost(assigned) - cost(nearest)).mean()) / max(scale, 1e-30),
-               tv_ema=0.5 * float((share - pi).abs().sum()),
-               dead_share=float((share / pi.clamp_min(1e-30) < SPLIT_DEAD).float().mean()),
+               tv_ema=0.5 * float(((ratio - 1) * pi).abs().sum()),
+               dead_share=float((ratio < SPLIT_DEAD).float().mean()),
+               # the dead-code test itself, with these latents as a step's
+               dead_own=float((t.served(x.shape[0] * x.shape[1] * pi) < SPLIT_DEAD).float().mean()),
                batch_rms=float(x.pow(2).mean().sqrt()), codebook_rms=float(q.embedding.pow(2).mean().sqrt()),
-               splits=int(getattr(q.transport, "splits", -1)))  # -1: a vqwae without the counter
-    if hasattr(q.transport, "earned"):  # the dead-code test on each code's own record since it was placed
-        t = q.transport
-        row["dead_own"] = float(((t.earned < SPLIT_DEAD * t.expected) & (t.expected > 0)).float().mean())
+               splits=int(t.splits))
     if cells:
         row["cells_empty"] = float((code_histogram(assigned.reshape(-1), q.num_codes) == 0).float().mean())
     return row
@@ -411,7 +413,8 @@ def main():
         if step % args.eval_every == 0 or step == args.steps:
             for n in names:
                 with rngs[n]:
-                    curves[n].append(dict(step=step, **evaluate(models[n], test_x, test_mask, args.seed)))
+                    curves[n].append(dict(step=step, **evaluate(models[n], test_x, test_mask, args.seed,
+                                                                state=n in traces)))
             print(f"step {step}: " + "; ".join(
                 f"{n}: ppl {c[-1]['perplexity']:.0f} mse {c[-1]['mse']:.5f}"
                 + (f" tv {c[-1]['tv_cells']:.3f}/{c[-1]['tv_floor']:.3f} w {c[-1]['w_ratio'] or 0:.3f}"

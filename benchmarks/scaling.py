@@ -44,7 +44,7 @@ DIM = 64
 def one(k: int, n: int, device: str, repeats: int, kind: str) -> dict:
     from vqwae.quantizers import VectorQuantizer
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, HERE)
     from common import build_quantizer  # the benchmarks' shared module
 
     dev = torch.device(device)

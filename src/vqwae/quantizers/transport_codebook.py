@@ -73,7 +73,7 @@ class TransportCodebook(nn.Module):
         ``counts`` (G, K) the map's latents per code, ``keep`` (N, G) the real latents or None. ``potential`` (G, K)
         and ``scale`` are the solver's (a split shares a cell's potential), ``pi`` (G, K) the weights, ``beta`` pi's
         logits (split_unused moves their mass, in place), ``all_reduce``: sum the statistics over DDP ranks."""
-        k, ready_after = self.num_codes, int(1 / (1 - decay))  # the splits wait for the EMAs to fill
+        k, ready_after = self.num_codes, int(1 / (1 - decay))  # split_unused waits for its EMAs to fill
         live = None  # under DDP or a mask: whether any real latent was seen (a tensor: no host read)
         x = x.reshape(-1, self.dim)
         mass = counts.sum(0).to(x.dtype)  # latents per code, over the groups (a mask's real ones)
@@ -98,18 +98,27 @@ class TransportCodebook(nn.Module):
         self.earned.mul_(decay).add_(mass * (1 - decay))
         self.expected.mul_(decay).add_(due * (1 - decay))
         self.steps += 1 if live is None else live.long()
-        ready = self.steps > ready_after
-        if live is not None:  # a step without real latents splits nothing
-            ready = ready & live
-        self._split_dead(codebook, potential, scale, pi, due, live, bool(split_unused))
+        self._split_dead(codebook, potential, scale, pi, due, bool(split_unused))
         if split_unused:
+            ready = self.steps > ready_after
+            if live is not None:  # a step without real latents splits nothing
+                ready = ready & live
             self._track_nearest(codebook, x, assigned, nearest, keep, decay, all_reduce)
             self._split_unused(codebook, potential, scale, pi, beta, split_unused, ready)
         seen = self.mass > 0  # a code the map never reached keeps its place
         centroid = self.sum / self.mass.clamp_min(torch.finfo(x.dtype).tiny).unsqueeze(1)
         codebook.copy_(torch.where(seen.unsqueeze(1), centroid, codebook))
 
-    def _split_dead(self, codebook, potential, scale, pi, due, live, tracked: bool) -> None:
+    def served(self, due: torch.Tensor) -> torch.Tensor:
+        """Each code's own record since it was placed: the latents the map sent it over those its share would have
+        (``earned / expected``), where ``due`` (K,) holds the latents each code's share brings in one step; inf for a
+        code not yet judged (less than JUDGED_FROM of an EMA horizon since it was placed, or no share due: a step
+        without real latents judges nothing). Below SPLIT_DEAD the code is dead."""
+        judged = (self.expected >= JUDGED_FROM * due) & (due > 0)
+        return torch.where(judged, self.earned / self.expected.clamp_min(torch.finfo(self.expected.dtype).tiny),
+                           torch.inf)
+
+    def _split_dead(self, codebook, potential, scale, pi, due, tracked: bool) -> None:
         """Re-seed the codes the transport has stopped reaching by splitting the most overloaded cells.
 
         The transport map gives every code its share pi_k only at the optimum of the potential g, which one ascent
@@ -122,18 +131,14 @@ class TransportCodebook(nn.Module):
         quantisation, applied to the transport cells). Dead codes are found relative to pi, so a fixed, non-uniform
         pi keeps its control.
 
-        A code is judged by its own record since it was placed (``earned`` over ``expected``), from an EMA horizon
-        after (JUDGED_FROM); the overloaded partners by the EMA mass that places them."""
-        tiny = torch.finfo(self.mass.dtype).tiny
-        judged = (self.expected >= JUDGED_FROM * due) & (due > 0)  # an EMA horizon since it was placed
-        served = torch.where(judged, self.earned / self.expected.clamp_min(tiny), torch.inf)
+        A code is judged by its own record since it was placed (``served``); the overloaded partners by the EMA mass
+        that places them."""
+        served = self.served(due)
         ratio = self._share_over_pi(self.mass, pi)
         # the i-th least served code pairs with the i-th most loaded
         lo = torch.topk(served, self._pairs_per_step, largest=False).indices
         hi = torch.topk(ratio, self._pairs_per_step).indices
         split = (served[lo] < SPLIT_DEAD) & (ratio[hi] > 1)
-        if live is not None:  # a step without real latents splits nothing
-            split = split & live
         self._split_pairs(codebook, potential, scale, lo, hi, split, tracked)
 
     @property
