@@ -104,6 +104,28 @@ def test_optvq_plan_has_uniform_marginals():
     assert 0.95 < spread[20][0] and spread[20][1] < 1.05 and 0.999 < spread[100][0] and spread[100][1] < 1.001, spread
 
 
+def test_optvq_plan_is_the_log_domain_sinkhorn_of_the_normalised_distances():
+    """The kernel-domain iterations (row-stabilised, as fast as the authors') give the plan of Sinkhorn-Knopp
+    written plainly in float64 log-domain on the same normalised distances, padding included."""
+    torch.manual_seed(0)
+    q = OptVQ(K, D, n_iters=7)
+    z = _gaussian_latents()[:, :256]
+    mask = torch.rand(1, 256) < 0.7
+    plan = q.plan(z, mask).double()
+    flat, real = z.reshape(-1, D).double(), mask.reshape(-1)
+    codes = q.codebook.detach().double()
+    dist = torch.cdist(flat[real], codes)
+    cost = (dist - dist.mean()) / dist.std()
+    log_kernel = -q.epsilon * (cost - cost.min())
+    log_u, log_v = torch.zeros(int(real.sum()), dtype=torch.float64), torch.zeros(K, dtype=torch.float64)
+    for _ in range(q.n_iters):
+        log_v = -math.log(K) - torch.logsumexp(log_kernel + log_u[:, None], 0)
+        log_u = -math.log(len(log_u)) - torch.logsumexp(log_kernel + log_v[None, :], 1)
+    expected = (log_kernel + log_u[:, None] + log_v[None, :]).exp()
+    assert torch.equal(plan[~real], torch.zeros_like(plan[~real]))
+    torch.testing.assert_close(plan[real], expected, rtol=1e-3, atol=1e-9)
+
+
 def test_optvq_uses_every_code_after_codebook_training():
     """On Gaussian latents the transport assignment uses (nearly) every code, its plan's code marginals stay near
     uniform, and the trained codebook serves most codes even by nearest code."""
