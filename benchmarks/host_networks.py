@@ -7,7 +7,9 @@ channel-last tokens (B, N, D), with a mask where it has padding, so one adapter 
 * ``groupnorm``: a GroupNorm / SiLU ResNet autoencoder (VQGAN-style blocks) with a narrow latent, 16 x 8 x 8;
 * ``sequence``: a transformer over the image's 64 patches of 4x4 pixels, each row a random number (16-64) of real
   tokens and the rest padding;
-* ``residual``: ``default-init``, for 4 residual levels of codes.
+* ``residual``: ``default-init``, for 4 residual levels of codes;
+* ``example``: vector-quantize-pytorch's own example network and training (``ExampleHost``), 28x28 FashionMNIST,
+  batch 256 of 7 x 7 positions: 12,544 latents a step, many latents per code at its K = 256.
 """
 from __future__ import annotations
 
@@ -53,6 +55,43 @@ class ImageHost(nn.Module):
 
     def train_loss(self, x_hat, x, mask):  # the unclamped MSE trains (the evaluation clamps to the image range)
         return F.mse_loss(x_hat, x)
+
+
+class ExampleHost(ImageHost):
+    """vector-quantize-pytorch 1.32's own example (``examples/autoencoder.py``, its ``SimpleVQAutoEncoder``): two
+    3x3 convolutions with 2x2 max pooling (16 then 32 channels, GELU between) down to 32 x 7 x 7 on 28x28 images,
+    nearest upsampling and two 3x3 convolutions back; trained as the example trains it: images in [-1, 1], the
+    output clamped to [-1, 1], the L1 error plus 10x the quantizer's loss (``alpha``), AdamW at 3e-4, batch 256.
+    The data stay in [0, 1] outside (``encode`` maps them), so ``sq_error`` is the MSE in the other hosts' units;
+    ``abs_error`` is the example's L1, in its [-1, 1] units. Written from the example's source (read for facts)."""
+
+    side, batch, quantizer_weight, train_limit = 28, 256, 10.0, None
+
+    def __init__(self, channels: int, dim: int = 32):
+        enc = nn.Sequential(nn.Conv2d(channels, 16, 3, padding=1), nn.MaxPool2d(2), nn.GELU(),
+                            nn.Conv2d(16, dim, 3, padding=1), nn.MaxPool2d(2))
+        dec = nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(dim, 16, 3, padding=1), nn.GELU(),
+                            nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(16, channels, 3, padding=1))
+        super().__init__(enc, dec, dim)
+
+    def encode(self, x, mask=None):
+        return super().encode(2 * x - 1, mask)
+
+    def decode(self, q, x, mask=None):  # in the example's [-1, 1] units
+        return super().decode(q, x, mask).clamp(-1, 1)
+
+    def sq_error(self, x_hat, x, mask):
+        return (((x_hat + 1) / 2 - x) ** 2).sum(), x.numel()
+
+    def abs_error(self, x_hat, x):  # the example's test L1
+        return (x_hat - (2 * x - 1)).abs().sum(), x.numel()
+
+    def train_loss(self, x_hat, x, mask):
+        return (x_hat - (2 * x - 1)).abs().mean()
+
+    @staticmethod
+    def optimizer(params):
+        return torch.optim.AdamW(params, lr=3e-4)
 
 
 class GNBlock(nn.Module):
@@ -137,7 +176,7 @@ def blank_bound(x: torch.Tensor, mask: torch.Tensor, num_codes: int) -> dict:
     return dict(blank_share=blank, perplexity_bound_one_blank_code=math.exp(entropy))
 
 
-HOSTS = ("paper", "default-init", "groupnorm", "sequence", "residual")
+HOSTS = ("paper", "default-init", "groupnorm", "sequence", "residual", "example")
 
 
 def build_host(host: str, channels: int) -> nn.Module:
@@ -150,5 +189,7 @@ def build_host(host: str, channels: int) -> nn.Module:
         return groupnorm_host(channels)
     if host == "sequence":
         return SequenceHost(channels)
+    if host == "example":
+        return ExampleHost(channels)
     raise SystemExit(f"error: unknown host {host!r}; known: {', '.join(HOSTS)}")
 

@@ -12,7 +12,11 @@ into each of the hosts of `host_networks.py` (all take 32x32 images, batch 32, A
 * ``groupnorm``: a GroupNorm / SiLU ResNet autoencoder (VQGAN-style blocks) with a narrow latent, 16 x 8 x 8;
 * ``sequence``: a transformer over the image's 64 patches of 4x4 pixels, channel-last tokens (B, 64, 32),
   each row a random number (16-64) of real tokens and the rest padding (a mask; the loss is over real patches);
-* ``residual``: ``default-init`` with 4 residual levels of 256 codes (``ResidualQuantizer`` against ``ResidualVQ``).
+* ``residual``: ``default-init`` with 4 residual levels of 256 codes (``ResidualQuantizer`` against ``ResidualVQ``);
+* ``example``: vector-quantize-pytorch's own example (``host_networks.ExampleHost``: a 2-convolution autoencoder,
+  28x28 images, batch 256, L1 + 10x the quantizer's loss, AdamW 3e-4; K = 256 in its example), with the example's
+  ``VectorQuantize`` ("VQ (example)"), the same through ``vqwae.compat`` ("compat vector"), VQ-WAE and vqwae's
+  field VQ; its rows also give the example's test L1 (``l1``, in its [-1, 1] units).
 
 Every host hands the quantizer channel-last tokens (B, N, D) (an image's 8 x 8 positions in raster order) and a
 mask where it has padding, so one adapter serves every quantizer in every host. Every model of a run starts from
@@ -31,6 +35,7 @@ and of the others.
     .venv/bin/python benchmarks/hosts.py --host default-init --dataset cifar10 --steps 3000 --seed 0
     .venv/bin/python benchmarks/hosts.py --host sequence --dataset mnist --steps 3000 --seed 1
     .venv/bin/python benchmarks/hosts.py --host default-init --dataset cifar10 --num-codes 8192 --steps 3000
+    .venv/bin/python benchmarks/hosts.py --host example --dataset fashionmnist --data-root /usr/share/datasets/fashion-mnist --num-codes 256 --steps 1000 --eval-every 250 --seed 1234
     python benchmarks/hosts.py --host paper --dataset mnist --device cuda --pack .gpudata/mnist.pt   # on a GPU
 
 ``--device cuda`` times each step to its end (a synchronisation after it). ``--pack FILE`` reads the images from a
@@ -79,6 +84,9 @@ from vqwae.quantizers.transport_codebook import SPLIT_DEAD  # noqa: E402
 from vqwae.training.lock import RunFolderBusy, RunLock  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+#: the example host's default rows: the peer's example as written, the same through vqwae.compat, VQ-WAE (what
+#: ``vqwae.compat.VectorQuantize`` builds by default) and vqwae's field VQ
+EXAMPLE_MODELS = ["VQ (example)", "compat vector", "VQ-WAE", "vqwae VQ kmeans+expiry"]
 #: The most (latent, code) distances an evaluation forward makes (1 GiB in float32): K = 65,536 in 64 images.
 EVAL_ENTRIES = 2 ** 28
 
@@ -102,6 +110,8 @@ class Peer(nn.Module):
             self.q = vqp.SimVQ(dim=dim, codebook_size=num_codes)
         elif kind == "lfq":  # log2 K bits, projections from and to dim, its default entropy loss (0.1)
             self.q = vqp.LFQ(dim=dim, codebook_size=num_codes)
+        elif kind == "example":  # the peer's example exactly: its VectorQuantize defaults and the rotation trick
+            self.q = vqp.VectorQuantize(dim=dim, codebook_size=num_codes, rotation_trick=True, **overrides)
         elif kind == "rvq":
             self.q = vqp.ResidualVQ(num_quantizers=levels, rotation_trick=False, **{**vq, **overrides})
         else:
@@ -142,6 +152,20 @@ class OTPeer(nn.Module):
         return self.q(z, mask)
 
 
+class CompatPeer(nn.Module):
+    """``vqwae.compat.VectorQuantize`` with the peer's arguments, on channel-last tokens as a peer user calls it."""
+
+    def __init__(self, num_codes: int, dim: int, **options):
+        super().__init__()
+        from vqwae.compat import VectorQuantize
+
+        self.q, self.num_codes = VectorQuantize(dim=dim, codebook_size=num_codes, **options), num_codes
+
+    def forward(self, z, mask):
+        q, idx, loss = self.q(z, mask=mask)
+        return q, idx, loss.sum()
+
+
 def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool) -> dict:
     """name -> a function building that quantizer; the VQ-WAE rows are the constructor's defaults."""
     k, d = num_codes, dim
@@ -171,6 +195,9 @@ def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool
         "FSQ": lambda **o: Peer("fsq", k, d),
         "SimVQ": lambda **o: Peer("simvq", k, d),  # the large-K peers (issue #67): not in the default list
         "LFQ": lambda **o: Peer("lfq", k, d),
+        # the peer's example (the example host's rows): its VectorQuantize, and the same arguments through vqwae.compat
+        "VQ (example)": lambda **o: Peer("example", k, d, **o),
+        "compat vector": lambda **o: CompatPeer(k, d, backend="vector", rotation_trick=True, **o),
         # the optimal-transport peers without a package (peer_ot.py, their papers' defaults): not in the default list
         "OptVQ": lambda **o: OTPeer(OptVQ(k, d, **o)),
         "Wasserstein-VQ": lambda **o: OTPeer(WassersteinVQ(k, d, **o)),
@@ -192,7 +219,7 @@ class Model(nn.Module):
 
     def loss(self, x, mask):
         _, _, _, qloss, out = self(x, mask)
-        return self.host.train_loss(out, x, mask) + qloss
+        return self.host.train_loss(out, x, mask) + getattr(self.host, "quantizer_weight", 1.0) * qloss
 
 
 # ------------------------------------------------------------------------------------------------ evaluation
@@ -209,7 +236,7 @@ def _wasserstein_levels(quantizer: nn.Module) -> list:
 def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None, seed: int,
              state: bool = False) -> dict:
     model.eval()
-    se = count = 0.0
+    se = count = l1 = 0.0
     distortion = 0.0  # the latents' summed squared quantization error
     usage, tokens = None, []
     # the sequence host: codes of the real tokens whose 4x4 patch is blank (all zero), and of the others; an image
@@ -224,6 +251,8 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
         z, q, idx, _, out = model(x, mask)
         s, c = model.host.sq_error(out, x, mask)
         se, count = se + float(s), count + float(c)
+        if hasattr(model.host, "abs_error"):
+            l1 += float(model.host.abs_error(out, x)[0])
         keep = torch.ones(z.shape[:2], dtype=torch.bool, device=z.device) if mask is None else mask
         distortion += float((q - z)[keep].pow(2).sum())
         idx = idx.reshape(*z.shape[:2], -1)  # (B, N, levels)
@@ -244,6 +273,8 @@ def evaluate(model: Model, test_x: torch.Tensor, test_mask: torch.Tensor | None,
     real = torch.cat(tokens)  # (B, N, D) or (N, D) when masked: the real test latents
     row = dict(mse=se / count, perplexity=min(u.perplexity for u in usage), codes_used=min(u.codes_used for u in usage),
                latent_rms=float(real.pow(2).mean().sqrt()))
+    if hasattr(model.host, "abs_error"):
+        row["l1"] = l1 / count
     # per latent: the squared error of the code the decoder receives, and the latents' spread about their mean
     flat_real = real.reshape(-1, real.shape[-1])
     spread = float((flat_real - flat_real.mean(0)).pow(2).sum(-1).mean())
@@ -313,13 +344,15 @@ def cell_arguments(ap: argparse.ArgumentParser, *, host: str, steps: int, num_co
 
 
 def build_model(host: str, channels: int, make, seed: int, device: torch.device | str = "cpu"):
-    """The host network with the quantizer ``make()``, and its Adam (1e-3): the host's weights drawn from ``seed``
-    (the same for every quantizer of a cell), the quantizer's start from ``seed + 1``."""
+    """The host network with the quantizer ``make()``, and its optimiser (Adam 1e-3, or the host's own): the host's
+    weights drawn from ``seed`` (the same for every quantizer of a cell), the quantizer's start from ``seed + 1``."""
     torch.manual_seed(seed)
     network = build_host(host, channels)
     torch.manual_seed(seed + 1)
     model = Model(network, make()).to(device)
-    return model, torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    params = [p for p in model.parameters() if p.requires_grad]
+    make_opt = getattr(network, "optimizer", lambda ps: torch.optim.Adam(ps, lr=1e-3))
+    return model, make_opt(params)
 
 
 def train_step(model: Model, opt: torch.optim.Optimizer, x: torch.Tensor, mask: torch.Tensor | None) -> None:
@@ -360,12 +393,15 @@ def main():
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
+    host_class = type(build_host(args.host, 1))  # its data and batch: 32x32 images, 20,000 training, batch 32
+    side, train_limit = getattr(host_class, "side", None), getattr(host_class, "train_limit", 20000)
     if args.pack:
         from device_pack import read_pack
 
         train, test_x = read_pack(args.pack, args.dataset, 20000, args.test_images)
     else:
-        splits = load_splits(args.dataset, args.data_root, train_limit=20000, eval_limit=args.test_images)
+        splits = load_splits(args.dataset, args.data_root, train_limit=train_limit, eval_limit=args.test_images,
+                             image_size=side)
         train = splits.train
         test_x = torch.stack([splits.test[i][0] for i in range(len(splits.test))])
     channels = test_x.shape[1]
@@ -375,8 +411,9 @@ def main():
     if sequence:  # a per-position pi needs every position in every row: no padding
         factories.pop("VQ-WAE per-position")
     names = ([n.strip() for n in args.models.split(",")] if args.models
+             else EXAMPLE_MODELS if args.host == "example"
              else [n for n in factories if n not in ("vqwae VQ kmeans+expiry", "VQ-WAE pull 1", "SimVQ", "LFQ", "OptVQ",
-                                                     "Wasserstein-VQ")])
+                                                     "Wasserstein-VQ", "VQ (example)", "compat vector")])
     for v in args.variant:
         label, _, settings = v.partition(":")
         base = "VQ-WAE per-position" if "per-position" in label else "VQ-WAE"
@@ -396,7 +433,7 @@ def main():
     test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
     data_meta = blank_bound(test_x, test_mask, args.num_codes) if sequence else {}
     test_x, test_mask = test_x.to(device), None if test_mask is None else test_mask.to(device)
-    for step, x in training_batches(train, args.steps, args.seed):
+    for step, x in training_batches(train, args.steps, args.seed, getattr(host_class, "batch", 32)):
         mask = random_mask(len(x), mask_gen).to(device) if sequence else None
         x = x.to(device)
         for n in names:
