@@ -344,15 +344,22 @@ def cell_arguments(ap: argparse.ArgumentParser, *, host: str, steps: int, num_co
 
 
 def build_model(host: str, channels: int, make, seed: int, device: torch.device | str = "cpu"):
-    """The host network with the quantizer ``make()``, and its optimiser (Adam 1e-3, or the host's own): the host's
-    weights drawn from ``seed`` (the same for every quantizer of a cell), the quantizer's start from ``seed + 1``."""
+    """The host network with the quantizer ``make()``, and its optimiser (Adam 1e-3, or the host's own; a quantizer
+    with a ``codebook_lr`` gets its own parameter group at that rate): the host's weights drawn from ``seed`` (the
+    same for every quantizer of a cell), the quantizer's start from ``seed + 1``."""
     torch.manual_seed(seed)
     network = build_host(host, channels)
     torch.manual_seed(seed + 1)
     model = Model(network, make()).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     make_opt = getattr(network, "optimizer", lambda ps: torch.optim.Adam(ps, lr=1e-3))
-    return model, make_opt(params)
+    codebook_lr = getattr(model.quantizer.q, "codebook_lr", None)  # a peer whose authors train its codebook apart
+    if codebook_lr is None:
+        return model, make_opt(params)
+    codebook = set(map(id, model.quantizer.q.parameters()))
+    opt = make_opt([p for p in params if id(p) not in codebook])
+    opt.add_param_group(dict(params=[p for p in params if id(p) in codebook], lr=codebook_lr))
+    return model, opt
 
 
 def train_step(model: Model, opt: torch.optim.Optimizer, x: torch.Tensor, mask: torch.Tensor | None) -> None:

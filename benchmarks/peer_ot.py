@@ -199,8 +199,9 @@ class WassersteinVQ(nn.Module):
     sqrt(W2^2), not its square; ``gamma = 0.5``; the loss ``beta * mean((z - sg[q])^2) + alpha * mean((q -
     sg[z])^2) + gamma * W`` with ``beta = 0.1`` (commitment) and ``alpha = 1`` (codebook); the codebook drawn
     N(0, 0.01^2). The matching gradient reaches the codebook only (the queue and its statistics carry none).
-    The authors also give the codebook its own Adam learning rate (0.02, the network's 5e-5); a host with one
-    optimiser for everything (``hosts.py``: Adam 1e-3) cannot, and this module does not try.
+    The authors also give the codebook its own Adam learning rate, 0.02 and constant (the network's 5e-5 with warm-up
+    and cosine decay; their ``train_vqvae.py``): ``codebook_lr``, which ``hosts.py`` gives the codebook's parameter
+    group (the network keeps the host's optimiser and rate).
 
     The queue is a ring buffer of latents and weights (1 real, 0 padding, 0 never written: unlike the authors'
     queue, which starts as small random vectors, the unwritten slots count for nothing) with running float64
@@ -208,6 +209,9 @@ class WassersteinVQ(nn.Module):
     only; an evaluation before any training step uses the batch's own latents. The write position is host-side
     (not in the state dict).
     """
+
+    #: the authors' learning rate of the codebook (Adam), whatever the network's
+    codebook_lr = 0.02
 
     def __init__(self, num_codes: int, dim: int, *, queue_size: int = 65536, gamma: float = 0.5,
                  beta: float = 0.1, alpha: float = 1.0, init_std: float = 0.01):

@@ -245,3 +245,15 @@ def test_wasserstein_vq_queue_holds_the_most_recent_latents():
     q.eval()
     q(torch.randn(1, 64, D) + 50.0)
     assert torch.allclose(q.latent_moments()[0], mean)
+
+
+def test_the_zoo_trains_wasserstein_vqs_codebook_at_its_authors_rate_and_the_network_at_the_hosts():
+    from hosts import build_model, quantizer_factories
+
+    factories = quantizer_factories(64, 64, 64, residual=False)
+    model, opt = build_model("paper", 3, factories["Wasserstein-VQ"], seed=0)
+    network, codebook = opt.param_groups
+    assert network["lr"] == 1e-3 and codebook["lr"] == 0.02
+    assert [id(p) for p in codebook["params"]] == [id(model.quantizer.q.embedding)]
+    _, opt = build_model("paper", 3, factories["OptVQ"], seed=0)
+    assert len(opt.param_groups) == 1  # OptVQ's authors train the codebook with the network
