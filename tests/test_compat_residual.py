@@ -119,3 +119,18 @@ def test_the_migration_page_lists_every_residual_argument():
     page = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "migration.md").read_text()
     missing = [n for n in ["num_quantizers", *RESIDUAL_ARGUMENTS, *RESIDUAL_FORWARD_ARGUMENTS] if f"`{n}`" not in page]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("train", [True, False])
+def test_the_peers_residual_tests_through_the_import_line(backend, train):
+    """The peer's test_residual_vq (the options compat honours) and test_residual_vq3 (k-means start)."""
+    torch.manual_seed(0)
+    rq = ResidualVQ(dim=32, num_quantizers=8, codebook_size=128, backend=backend)
+    x = torch.randn(1, 256, 32)
+    rq.train(train)
+    quantized, indices, _ = rq(x, freeze_codebook=train)
+    torch.testing.assert_close(quantized, rq.get_output_from_indices(indices), atol=1e-5, rtol=0)
+    rq3 = ResidualVQ(dim=256, codebook_size=256, num_quantizers=4, kmeans_init=True, kmeans_iters=10, backend=backend)
+    quantized, indices, _ = rq3(torch.randn(1, 1024, 256))
+    assert quantized.shape == (1, 1024, 256) and indices.shape == (1, 1024, 4)
