@@ -17,6 +17,9 @@ its ratio to VQ-VAE's, for cells without VQ-VAE in the process (the large codebo
 have (cell x seed x stream): the geometric mean and the median of the ratios, their range and on how many runs it is
 lower (lab 52m, 52n).
 
+``--metric l1`` shows the example host's test L1 (the error vector-quantize-pytorch's example reports) in place of
+the MSE.
+
 ``--at STEP`` reads every run at that evaluation (runs that did not reach it are left out); the step-time column
 is then the whole run's.
 
@@ -63,33 +66,39 @@ def load(paths: list[Path], at: int | None = None, models: set[str] | None = Non
     return cells
 
 
+#: the error columns a table can show: the result rows' key -> its name
+METRICS = {"mse": "MSE", "l1": "L1"}
+
+
 def fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def table(cells: dict, step: str = "ratio") -> str:
-    """The markdown table; ``step``: the step time as a ratio to VQ-VAE's in the same process, or in ms."""
+def table(cells: dict, step: str = "ratio", metric: str = "mse") -> str:
+    """The markdown table; ``step``: the step time as a ratio to VQ-VAE's in the same process, or in ms; ``metric``:
+    the error column (``mse``, or ``l1``: the example host's L1 in its [-1, 1] units)."""
     step_head, step_key, step_spec = (("x VQ-VAE step", "ratio_to_vqvae", ".2f") if step == "ratio"
                                       else ("ms a step", "ms_per_step", ",.0f"))
-    lines = ["| host | dataset | K | steps | quantizer | test MSE, mean (per seed) | test perplexity (lowest after step "
+    lines = [f"| host | dataset | K | steps | quantizer | test {METRICS[metric]}, mean (per seed) "
+             "| test perplexity (lowest after step "
              f"1,000), codes used per seed | {step_head} | cells TV / floor | W ratio |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (host, dataset, k, steps), quantizers in sorted(cells.items()):
-        means = {q: statistics.mean(r["mse"] for r in rows) for q, rows in quantizers.items()}
-        spread = max((max(r["mse"] for r in rows) - min(r["mse"] for r in rows) for rows in quantizers.values()),
+        means = {q: statistics.mean(r[metric] for r in rows) for q, rows in quantizers.items()}
+        spread = max((max(r[metric] for r in rows) - min(r[metric] for r in rows) for rows in quantizers.values()),
                      default=0.0)
         best = min(means.values())
         lowest = defaultdict(lambda: (float("inf"), None))  # run -> (the lowest MSE on that run, its quantizer)
         for q, rows in quantizers.items():
             for r in rows:
-                lowest[r["run"]] = min(lowest[r["run"]], (r["mse"], q))
+                lowest[r["run"]] = min(lowest[r["run"]], (r[metric], q))
         for q, rows in quantizers.items():
             rows = sorted(rows, key=lambda r: r["run"])
-            mse = f"{means[q]:.5f} ({' / '.join(format(r['mse'], '.5f') for r in rows)})"
+            mse = f"{means[q]:.5f} ({' / '.join(format(r[metric], '.5f') for r in rows)})"
             if len(rows) >= 3:
                 wins = sum(lowest[r["run"]][1] == q for r in rows)
                 unit = "runs" if any(r["run"][1] for r in rows) else "seeds"  # a seed's streams are runs too
-                median = statistics.median(r["mse"] for r in rows)
+                median = statistics.median(r[metric] for r in rows)
                 mse += f", median {median:.5f}, lowest on {wins} of {len(rows)} {unit}"
             if means[q] == best and len(quantizers) > 1:  # a quantizer alone in its cell is nobody's best
                 mse = f"**{mse}**"
@@ -137,10 +146,12 @@ def main():
     ap.add_argument("--against", default=None, metavar="QUANTIZER",
                     help="instead of the table: every quantizer's MSE over this one's, run by run (geometric mean, "
                          "median)")
+    ap.add_argument("--metric", choices=tuple(METRICS), default="mse",
+                    help="the error column: mse (default), or l1 (the example host's L1, in its [-1, 1] units)")
     args = ap.parse_args()
     models = None if args.models is None else {m.strip() for m in args.models.split(",")}
     cells = load(args.files, args.at, models)
-    print(against(cells, args.against) if args.against else table(cells, args.step))
+    print(against(cells, args.against) if args.against else table(cells, args.step, args.metric))
 
 
 if __name__ == "__main__":
