@@ -160,3 +160,17 @@ def test_the_migration_page_lists_every_argument():
 def test_the_peers_loop_trains_with_the_import_line_changed(backend):
     first, last, indices = vector_quantize_pytorch_loop(VectorQuantize(dim=32, codebook_size=64, backend=backend), 60)
     assert last < 0.8 * first and indices.unique().numel() > 32
+
+
+def test_without_kmeans_the_vector_backend_starts_where_the_peer_starts():
+    """The peer draws its codebook with kaiming_uniform_ on a (1, K, D) table: U(-b, b), b = sqrt(6 / (K D))."""
+    torch.manual_seed(0)
+    vq = VectorQuantize(dim=32, codebook_size=256, backend="vector")
+    bound = (6 / (256 * 32)) ** 0.5
+    codes = vq.codebook.detach()
+    assert float(codes.abs().max()) <= bound and float(codes.abs().max()) > 0.99 * bound
+    assert abs(float(codes.std()) - bound / 3 ** 0.5) < 0.02 * bound  # a uniform's spread
+    assert torch.equal(vq.quantizer.ema_embed_sum, codes)  # the EMA starts from the same codes (count 1 each)
+    peer = pytest.importorskip("vector_quantize_pytorch", reason="the peer is the benchmark extra vqwae[bench]")
+    theirs = peer.VectorQuantize(dim=32, codebook_size=256).codebook.detach()
+    assert abs(float(theirs.abs().max()) - float(codes.abs().max())) < 0.01 * bound

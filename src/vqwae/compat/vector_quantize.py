@@ -13,6 +13,7 @@ with its k-means start and dead-code expiry when asked for). docs/guides/migrati
 """
 from __future__ import annotations
 
+import math
 from collections import namedtuple
 
 import torch
@@ -26,6 +27,12 @@ from vqwae.quantizers.wasserstein_options import WassersteinConfig
 #: the vector-quantize-pytorch release whose arguments this module speaks
 PEER_VERSION = "1.32.0"
 BACKENDS = ("wasserstein", "vector")
+
+
+def peer_start_bound(k: int, dim: int) -> float:
+    """The peer's codebook start without k-means: ``nn.init.kaiming_uniform_`` of a (1, K, D) tensor (fan-in K D,
+    gain sqrt 2), so U(-b, b) with b = sqrt(6 / (K D)): 0.027 at K = 256, D = 32, 1/37 of N(0, 1)'s deviation."""
+    return math.sqrt(6.0 / (k * dim))
 #: vqwae's default weight of the WS term: the peer's commitment_weight scales it (1.0 is each one's default)
 WS_WEIGHT = WassersteinConfig.__dataclass_fields__["ws_weight"].default
 
@@ -158,10 +165,15 @@ class VectorQuantize(nn.Module):
         rotation = get("rotation_trick")
         rotation = (not get("straight_through")) if rotation is None else bool(rotation)  # the peer's rule
         threshold = float(get("threshold_ema_dead_code"))
-        return VectorQuantizer(**shape, ema=True, decay=float(get("decay")), ema_epsilon=float(get("eps")),
-                               beta=float(get("commitment_weight")), init="kmeans" if get("kmeans_init") else "normal",
-                               kmeans_iters=int(get("kmeans_iters")), dead_code_threshold=threshold,
-                               rotation_trick=rotation)
+        q = VectorQuantizer(**shape, ema=True, decay=float(get("decay")), ema_epsilon=float(get("eps")),
+                            beta=float(get("commitment_weight")), init="kmeans" if get("kmeans_init") else "normal",
+                            kmeans_iters=int(get("kmeans_iters")), dead_code_threshold=threshold,
+                            rotation_trick=rotation)
+        if not get("kmeans_init"):  # the peer's start: kaiming_uniform_ of its (1, K, D) table, U(+-sqrt(6 / (K D)))
+            with torch.no_grad():
+                q.embedding.uniform_(-peer_start_bound(k, dim), peer_start_bound(k, dim))
+                q.ema_embed_sum.copy_(q.embedding)
+        return q
 
     @property
     def codebook(self) -> torch.Tensor:
