@@ -400,8 +400,8 @@ def main():
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    host_class = type(build_host(args.host, 1))  # its data and batch: 32x32 images, 20,000 training, batch 32
-    side, train_limit = getattr(host_class, "side", None), getattr(host_class, "train_limit", 20000)
+    probe = build_host(args.host, 1)  # its latent width, data and batch (32x32 images, 20,000 training, batch 32)
+    side, train_limit = getattr(probe, "side", None), getattr(probe, "train_limit", 20000)
     if args.pack:
         from device_pack import read_pack
 
@@ -413,7 +413,7 @@ def main():
         test_x = torch.stack([splits.test[i][0] for i in range(len(splits.test))])
     channels = test_x.shape[1]
     sequence = args.host == "sequence"
-    dim = build_host(args.host, channels).dim
+    dim = probe.dim
     factories = quantizer_factories(args.num_codes, dim, TOKENS, residual=args.host == "residual")
     if sequence:  # a per-position pi needs every position in every row: no padding
         factories.pop("VQ-WAE per-position")
@@ -440,7 +440,7 @@ def main():
     test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
     data_meta = blank_bound(test_x, test_mask, args.num_codes) if sequence else {}
     test_x, test_mask = test_x.to(device), None if test_mask is None else test_mask.to(device)
-    for step, x in training_batches(train, args.steps, args.seed, getattr(host_class, "batch", 32)):
+    for step, x in training_batches(train, args.steps, args.seed, getattr(probe, "batch", 32)):
         mask = random_mask(len(x), mask_gen).to(device) if sequence else None
         x = x.to(device)
         for n in names:

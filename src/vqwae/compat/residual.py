@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from vqwae.compat.vector_quantize import VectorQuantize, _refuse_unhonoured
+from vqwae.compat.vector_quantize import VectorQuantize, _refuse_unhonoured, codes_of, forward_held, pad_as_peer
 from vqwae.quantizers.residual import ResidualQuantizer
 
 _DROPOUT = "vqwae's quantizer dropout draws 1..L levels (ResidualQuantizer(dropout=True))"
@@ -100,22 +100,10 @@ class ResidualVQ(nn.Module):
             if self.channel_first:
                 raise ValueError("a mask is for sequences (B, N, D): ResidualVQ without accept_image_fmap")
             mask = mask if mask.dtype == torch.bool else mask != 0
-        stack = self.stack
-        if freeze_codebook and stack.training:
-            stack.train(False)
-            try:
-                out = stack(x, mask, compute_loss=True)
-            finally:
-                stack.train(True)
-        else:
-            out = stack(x, mask)
+        out = forward_held(self.stack, x, mask, bool(freeze_codebook))
         losses = torch.stack([sum((v for k, v in out.losses.items() if k.startswith(f"level{level}/")),
                                   x.new_zeros(())) for level in range(1, self.num_quantizers + 1)])
-        quantized, idx = out.quantized, out.indices
-        if mask is not None:
-            keep = mask.unsqueeze(-1)
-            quantized = quantized * keep if self.return_zeros_for_masked_padding else torch.where(keep, quantized, x)
-            idx = idx.masked_fill(~keep, -1)
+        quantized, idx = pad_as_peer(out.quantized, out.indices, x, mask, self.return_zeros_for_masked_padding)
         if return_all_codes:
             return quantized, idx, losses, self.get_codes_from_indices(idx)
         return quantized, idx, losses
@@ -123,13 +111,9 @@ class ResidualVQ(nn.Module):
     def get_codes_from_indices(self, indices: torch.Tensor) -> torch.Tensor:
         """Each level's codes of ``indices`` (..., L), stacked first: (L, ...) in the forward's layout (index -1:
         zeros)."""
-        indices = torch.as_tensor(indices, device=self.stack.levels[0].codebook.device).long()
-        codes = []
-        for level, q in enumerate(self.stack.levels):
-            idx = indices[..., level]
-            c = q.codebook[idx.clamp(min=0)] * (idx >= 0).unsqueeze(-1)
-            codes.append(c.movedim(-1, 1) if self.channel_first and c.dim() > 2 else c)
-        return torch.stack(codes)
+        indices = torch.as_tensor(indices).long()
+        return torch.stack([codes_of(q.codebook, indices[..., level], self.channel_first)
+                            for level, q in enumerate(self.stack.levels)])
 
     def get_output_from_indices(self, indices: torch.Tensor) -> torch.Tensor:
         """The summed codes of ``indices``: what the forward returns as ``quantized`` (in eval mode, equal to it)."""

@@ -121,6 +121,35 @@ def _same(value, default) -> bool:
     return value is default or (not isinstance(value, torch.Tensor) and value == default)
 
 
+def forward_held(q: nn.Module, x: torch.Tensor, mask, frozen: bool):
+    """``q(x, mask)``; ``frozen`` in training: the loss with the state held still (an eval-mode forward that
+    computes it), the training mode put back after."""
+    if not (frozen and q.training):
+        return q(x, mask)
+    q.train(False)
+    try:
+        return q(x, mask, compute_loss=True)
+    finally:
+        q.train(True)
+
+
+def pad_as_peer(quantized: torch.Tensor, idx: torch.Tensor, x: torch.Tensor, mask, zeros: bool):
+    """The peer's padding: padded positions' outputs zeros (``zeros``; else the input) and their indices -1 (every
+    level's, where ``idx`` has a level axis)."""
+    if mask is None:
+        return quantized, idx
+    keep = mask.unsqueeze(-1)
+    quantized = quantized * keep if zeros else torch.where(keep, quantized, x)
+    return quantized, idx.masked_fill(~(keep if idx.dim() > mask.dim() else mask), -1)
+
+
+def codes_of(codebook: torch.Tensor, indices, channel_first: bool) -> torch.Tensor:
+    """The codes of ``indices`` (index -1, a padded position: zeros), channel-first where the layer's layout is."""
+    indices = torch.as_tensor(indices, device=codebook.device).long()
+    codes = F.embedding(indices.clamp(min=0), codebook) * (indices >= 0).unsqueeze(-1)
+    return codes.movedim(-1, 1) if channel_first and codes.dim() > 2 else codes
+
+
 class VectorQuantize(nn.Module):
     """vector-quantize-pytorch's ``VectorQuantize``, taking its arguments by their names (``ARGUMENTS``).
 
@@ -205,20 +234,9 @@ class VectorQuantize(nn.Module):
         if mask is not None:
             mask = mask if mask.dtype == torch.bool else mask != 0  # a float or int mask: nonzero is real
         frozen = self.freeze_codebook if freeze_codebook is None else bool(freeze_codebook)
-        q = self.quantizer
-        if frozen and q.training:  # the loss, with the state held still: an eval-mode forward that computes it
-            q.train(False)
-            try:
-                out = q(x, mask, compute_loss=True)
-            finally:
-                q.train(True)
-        else:
-            out = q(x, mask)
-        quantized, idx, loss = out.quantized, out.indices, out.loss
-        if mask is not None:
-            keep = mask.unsqueeze(-1)
-            quantized = quantized * keep if self.return_zeros_for_masked_padding else torch.where(keep, quantized, x)
-            idx = idx.masked_fill(~mask, -1)
+        out = forward_held(self.quantizer, x, mask, frozen)
+        quantized, idx = pad_as_peer(out.quantized, out.indices, x, mask, self.return_zeros_for_masked_padding)
+        loss = out.loss
         if one_token:
             quantized, idx = quantized.squeeze(1), idx.squeeze(1)
         if return_loss_breakdown:
@@ -228,9 +246,7 @@ class VectorQuantize(nn.Module):
 
     def get_codes_from_indices(self, indices: torch.Tensor) -> torch.Tensor:
         """The codes of ``indices`` in the layout the forward returns (index -1, a padded position: zeros)."""
-        indices = torch.as_tensor(indices, device=self.codebook.device).long()
-        codes = F.embedding(indices.clamp(min=0), self.codebook) * (indices >= 0).unsqueeze(-1)
-        return codes.movedim(-1, 1) if self.channel_first and codes.dim() > 2 else codes
+        return codes_of(self.codebook, indices, self.channel_first)
 
     def get_output_from_indices(self, indices: torch.Tensor) -> torch.Tensor:
         """What the forward returns as ``quantized`` for ``indices`` (in eval mode, equal to it)."""
