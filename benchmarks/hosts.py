@@ -50,9 +50,12 @@ the cost scale, the potential's spread, the EMA cells' TV to pi, the dead shares
 own record, the latents' and codebook's RMS, the splits so far); every evaluation of a traced run records it on the
 test latents, with the share of empty transport cells (issue #81's collapse diagnosis, lab 55).
 
-Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_stream<N>][_<tag>].json (with ``--plot``
-also a PNG of the curves beside it: not committed, the JSON holds them). A second run of the same cell, stream and
-tag refuses to start while the first is writing (give it its own ``--tag``).
+``--batch B`` trains on B images a step instead of the host's batch (the cell is then its own: ``paper (batch B)`` in
+the tables).
+
+Writes benchmarks/results/host_<host>_<dataset>_k<K>_<steps>_seed<S>[_batch<B>][_stream<N>][_<tag>].json (with
+``--plot`` also a PNG of the curves beside it: not committed, the JSON holds them). A second run of the same cell,
+stream and tag refuses to start while the first is writing (give it its own ``--tag``).
 """
 from __future__ import annotations
 
@@ -383,6 +386,9 @@ def main():
     ap.add_argument("--plot", action="store_true", help="also write a PNG of the curves beside the result file")
     ap.add_argument("--trace-every", type=int, default=0,
                     help="every N steps, VQ-WAE's transport state on the step's latents (transport_state; 0: never)")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="images a step (default: the host's, 32; the example's 256): e.g. 256 in the paper host is "
+                         "16,384 latents a step, one a code at K = 16,384 (the field's regime, issue #81)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--stream", type=int, default=0,
                     help="draw the quantizers' random numbers from stream N of the seed (0: the seed's own); the "
@@ -393,6 +399,8 @@ def main():
     args = ap.parse_args()
     if args.stream < 0:
         raise SystemExit(f"error: --stream must be 0 or more, not {args.stream}")
+    if args.batch is not None and args.batch < 1:
+        raise SystemExit(f"error: --batch must be 1 or more, not {args.batch}")
     try:  # two runs of one cell and tag would overwrite each other's rows at every evaluation (it lost a row once)
         _lock = RunLock(HERE / "results" / ".locks" / result_path(args).stem).acquire()  # held until the process ends
     except RunFolderBusy as busy:
@@ -440,7 +448,7 @@ def main():
     test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
     data_meta = blank_bound(test_x, test_mask, args.num_codes) if sequence else {}
     test_x, test_mask = test_x.to(device), None if test_mask is None else test_mask.to(device)
-    for step, x in training_batches(train, args.steps, args.seed, getattr(probe, "batch", 32)):
+    for step, x in training_batches(train, args.steps, args.seed, args.batch or getattr(probe, "batch", 32)):
         mask = random_mask(len(x), mask_gen).to(device) if sequence else None
         x = x.to(device)
         for n in names:
@@ -467,10 +475,11 @@ def main():
 
 
 def result_path(args) -> Path:
-    """The cell's result file: one per host, data set, K, steps, seed, stream and tag (not per model: the tag tells
-    runs apart)."""
+    """The cell's result file: one per host, data set, K, steps, seed, batch, stream and tag (not per model: the tag
+    tells runs apart)."""
     stem = f"host_{args.host}_{args.dataset}_k{args.num_codes}_{args.steps}_seed{args.seed}" + (
-        f"_stream{args.stream}" if args.stream else "") + (f"_{args.tag}" if args.tag else "")
+        f"_batch{args.batch}" if args.batch else "") + (f"_stream{args.stream}" if args.stream else "") + (
+        f"_{args.tag}" if args.tag else "")
     return HERE / "results" / f"{stem}.json"
 
 
@@ -481,10 +490,13 @@ def write(args, names, times, curves, data_meta: dict, traces: dict | None = Non
                  ratio_to_vqvae=statistics.median(times[n]) / vq if vq else None, **curves[n][-1]) for n in names]
     from importlib.metadata import version
 
+    from vqwae.provenance import source_commit
+
+    commit, dirty = source_commit()
     meta = dict(host=args.host, dataset=args.dataset, num_codes=args.num_codes, steps=args.steps, seed=args.seed,
-                stream=args.stream, **data_meta,
-                date=datetime.now(timezone.utc).isoformat(), torch=torch.__version__,
-                vector_quantize_pytorch=version("vector-quantize-pytorch"),
+                stream=args.stream, **({"batch": args.batch} if args.batch else {}), **data_meta,
+                date=datetime.now(timezone.utc).isoformat(), commit=commit, uncommitted_changes=dirty,
+                torch=torch.__version__, vector_quantize_pytorch=version("vector-quantize-pytorch"),
                 machine=f"{platform.machine()} {torch.get_num_threads()} thread(s)" + (
                     f", {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
                 command="python benchmarks/hosts.py " + " ".join(sys.argv[1:]))

@@ -47,7 +47,8 @@ def load(paths: list[Path], at: int | None = None, models: set[str] | None = Non
         d = json.loads(p.read_text())
         m = d["meta"]
         steps = at or m["steps"]
-        key = (m["host"], m["dataset"], m["num_codes"], steps)
+        host = m["host"] + (f" (batch {m['batch']})" if "batch" in m else "")  # another batch is another cell
+        key = (host, m["dataset"], m["num_codes"], steps)
         for row in d["rows"]:
             if models is not None and row["quantizer"] not in models:
                 continue

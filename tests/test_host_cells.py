@@ -1,0 +1,44 @@
+"""A zoo cell's identity: ``benchmarks/hosts.py`` names one result file per host, data set, K, steps, seed, batch,
+stream and tag, and ``benchmarks/hosts_table.py`` keeps a run at another batch out of the host's own cell (issue #81's
+field regime: the paper host at batch 256, one latent a code a step at K = 16,384)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+from hosts import result_path  # noqa: E402
+from hosts_table import load  # noqa: E402
+
+
+def cell(**changes) -> Namespace:
+    args = dict(host="paper", dataset="cifar10", num_codes=16384, steps=500, seed=0, batch=None, stream=0, tag="")
+    return Namespace(**{**args, **changes})
+
+
+def test_the_result_file_names_the_batch_only_when_given():
+    assert result_path(cell()).name == "host_paper_cifar10_k16384_500_seed0.json"
+    assert (result_path(cell(batch=256, stream=1, tag="x")).name
+            == "host_paper_cifar10_k16384_500_seed0_batch256_stream1_x.json")
+
+
+def test_a_run_at_another_batch_is_its_own_cell(tmp_path):
+    curve = [dict(step=500, mse=0.01, perplexity=100.0)]
+    for name, extra in (("a.json", {}), ("b.json", {"batch": 256})):
+        meta = dict(host="paper", dataset="cifar10", num_codes=16384, steps=500, seed=0, date="2026", **extra)
+        (tmp_path / name).write_text(json.dumps(dict(meta=meta, rows=[dict(quantizer="VQ-WAE", mse=0.01)],
+                                                     curves={"VQ-WAE": curve})))
+    cells = load([tmp_path / "a.json", tmp_path / "b.json"])
+    assert set(cells) == {("paper", "cifar10", 16384, 500), ("paper (batch 256)", "cifar10", 16384, 500)}
+    assert all(len(rows["VQ-WAE"]) == 1 for rows in cells.values())
+
+
+def test_a_batch_below_one_is_refused_in_one_line():
+    run = subprocess.run([sys.executable, str(BENCH / "hosts.py"), "--host", "paper", "--batch", "0"],
+                         capture_output=True, text=True)
+    assert run.returncode != 0
+    assert run.stderr.strip().splitlines() == ["error: --batch must be 1 or more, not 0"]
