@@ -79,9 +79,11 @@ from host_networks import HOSTS, PATCH, TOKENS, blank_bound, build_host, random_
 from peer_ot import OptVQ, WassersteinVQ  # noqa: E402
 
 from vqwae.data import load_splits  # noqa: E402
+from vqwae.files import atomic_write_text  # noqa: E402
 from vqwae.metrics.usage import CodeUsage  # noqa: E402
 from vqwae.ot.histogram import code_histogram  # noqa: E402
 from vqwae.ot.transport import latents_by_group  # noqa: E402
+from vqwae.provenance import source_commit  # noqa: E402
 from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer, diagnostics  # noqa: E402
 from vqwae.quantizers.transport_codebook import SPLIT_DEAD  # noqa: E402
 from vqwae.training.lock import RunFolderBusy, RunLock  # noqa: E402
@@ -387,7 +389,7 @@ def main():
     ap.add_argument("--trace-every", type=int, default=0,
                     help="every N steps, VQ-WAE's transport state on the step's latents (transport_state; 0: never)")
     ap.add_argument("--batch", type=int, default=None,
-                    help="images a step (default: the host's, 32; the example's 256): e.g. 256 in the paper host is "
+                    help="images a step (default: the host's own): e.g. 256 in the paper host is "
                          "16,384 latents a step, one a code at K = 16,384 (the field's regime, issue #81)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--stream", type=int, default=0,
@@ -446,7 +448,9 @@ def main():
             traces[n] = []
     mask_gen = torch.Generator().manual_seed(args.seed + 7)
     test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
-    data_meta = blank_bound(test_x, test_mask, args.num_codes) if sequence else {}
+    run_meta = blank_bound(test_x, test_mask, args.num_codes) if sequence else {}  # the meta every write shares
+    # the code this process runs: read at its start, not at a later write (a commit may land meanwhile)
+    run_meta.update(zip(("commit", "uncommitted_changes"), source_commit()))
     test_x, test_mask = test_x.to(device), None if test_mask is None else test_mask.to(device)
     for step, x in training_batches(train, args.steps, args.seed, args.batch or getattr(probe, "batch", 32)):
         mask = random_mask(len(x), mask_gen).to(device) if sequence else None
@@ -471,7 +475,7 @@ def main():
                 f"{n}: ppl {c[-1]['perplexity']:.0f} mse {c[-1]['mse']:.5f}"
                 + (f" tv {c[-1]['tv_cells']:.3f}/{c[-1]['tv_floor']:.3f} w {c[-1]['w_ratio'] or 0:.3f}"
                    if "tv_cells" in c[-1] else "") for n, c in curves.items()), flush=True)
-            write(args, names, times, curves, data_meta, traces)
+            write(args, names, times, curves, run_meta, traces)
 
 
 def result_path(args) -> Path:
@@ -483,27 +487,24 @@ def result_path(args) -> Path:
     return HERE / "results" / f"{stem}.json"
 
 
-def write(args, names, times, curves, data_meta: dict, traces: dict | None = None) -> Path:
+def write(args, names, times, curves, run_meta: dict, traces: dict | None = None) -> Path:
     """The result file (rewritten at every evaluation, so a killed run keeps what it measured) and its plot."""
     vq = statistics.median(times["VQ-VAE"]) if "VQ-VAE" in times else None
     rows = [dict(quantizer=n, ms_per_step=1000 * statistics.median(times[n]),
                  ratio_to_vqvae=statistics.median(times[n]) / vq if vq else None, **curves[n][-1]) for n in names]
     from importlib.metadata import version
 
-    from vqwae.provenance import source_commit
-
-    commit, dirty = source_commit()
     meta = dict(host=args.host, dataset=args.dataset, num_codes=args.num_codes, steps=args.steps, seed=args.seed,
-                stream=args.stream, **({"batch": args.batch} if args.batch else {}), **data_meta,
-                date=datetime.now(timezone.utc).isoformat(), commit=commit, uncommitted_changes=dirty,
-                torch=torch.__version__, vector_quantize_pytorch=version("vector-quantize-pytorch"),
+                stream=args.stream, **({"batch": args.batch} if args.batch else {}), **run_meta,
+                date=datetime.now(timezone.utc).isoformat(), torch=torch.__version__,
+                vector_quantize_pytorch=version("vector-quantize-pytorch"),
                 machine=f"{platform.machine()} {torch.get_num_threads()} thread(s)" + (
                     f", {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
                 command="python benchmarks/hosts.py " + " ".join(sys.argv[1:]))
     out = result_path(args)
     out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(dict(meta=meta, rows=rows, curves=curves, **({"traces": traces} if traces else {})),
-                              indent=1))
+    atomic_write_text(out, json.dumps(dict(meta=meta, rows=rows, curves=curves,
+                                           **({"traces": traces} if traces else {})), indent=1))
     if args.plot:
         plot(curves, out.with_suffix(".png"), f"{args.host}, {args.dataset}, K = {args.num_codes}, seed {args.seed}")
     return out
