@@ -62,11 +62,11 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import platform
 import statistics
 import sys
 import time
 from datetime import datetime, timezone
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
@@ -83,7 +83,7 @@ from vqwae.files import atomic_write_text  # noqa: E402
 from vqwae.metrics.usage import CodeUsage  # noqa: E402
 from vqwae.ot.histogram import code_histogram  # noqa: E402
 from vqwae.ot.transport import latents_by_group  # noqa: E402
-from vqwae.provenance import source_commit  # noqa: E402
+from vqwae.provenance import provenance  # noqa: E402
 from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer, diagnostics  # noqa: E402
 from vqwae.quantizers.transport_codebook import SPLIT_DEAD  # noqa: E402
 from vqwae.training.lock import RunFolderBusy, RunLock  # noqa: E402
@@ -448,9 +448,12 @@ def main():
             traces[n] = []
     mask_gen = torch.Generator().manual_seed(args.seed + 7)
     test_mask = random_mask(len(test_x), torch.Generator().manual_seed(1234)) if sequence else None
-    run_meta = blank_bound(test_x, test_mask, args.num_codes) if sequence else {}  # the meta every write shares
-    # the code this process runs: read at its start, not at a later write (a commit may land meanwhile)
-    run_meta.update(zip(("commit", "uncommitted_changes"), source_commit()))
+    # the meta every write shares, read at the process's start (a commit may land meanwhile); a write adds the date
+    run_meta = dict(provenance("hosts", device, vector_quantize_pytorch=version("vector-quantize-pytorch"),
+                               command="python benchmarks/hosts.py " + " ".join(sys.argv[1:])),
+                    host=args.host, dataset=args.dataset, num_codes=args.num_codes, steps=args.steps, seed=args.seed,
+                    stream=args.stream, **({"batch": args.batch} if args.batch else {}),
+                    **(blank_bound(test_x, test_mask, args.num_codes) if sequence else {}))
     test_x, test_mask = test_x.to(device), None if test_mask is None else test_mask.to(device)
     for step, x in training_batches(train, args.steps, args.seed, args.batch or getattr(probe, "batch", 32)):
         mask = random_mask(len(x), mask_gen).to(device) if sequence else None
@@ -492,15 +495,7 @@ def write(args, names, times, curves, run_meta: dict, traces: dict | None = None
     vq = statistics.median(times["VQ-VAE"]) if "VQ-VAE" in times else None
     rows = [dict(quantizer=n, ms_per_step=1000 * statistics.median(times[n]),
                  ratio_to_vqvae=statistics.median(times[n]) / vq if vq else None, **curves[n][-1]) for n in names]
-    from importlib.metadata import version
-
-    meta = dict(host=args.host, dataset=args.dataset, num_codes=args.num_codes, steps=args.steps, seed=args.seed,
-                stream=args.stream, **({"batch": args.batch} if args.batch else {}), **run_meta,
-                date=datetime.now(timezone.utc).isoformat(), torch=torch.__version__,
-                vector_quantize_pytorch=version("vector-quantize-pytorch"),
-                machine=f"{platform.machine()} {torch.get_num_threads()} thread(s)" + (
-                    f", {torch.cuda.get_device_name()}" if args.device.startswith("cuda") else ""),
-                command="python benchmarks/hosts.py " + " ".join(sys.argv[1:]))
+    meta = dict(run_meta, date=datetime.now(timezone.utc).isoformat())
     out = result_path(args)
     out.parent.mkdir(exist_ok=True)
     atomic_write_text(out, json.dumps(dict(meta=meta, rows=rows, curves=curves,
