@@ -84,7 +84,7 @@ from vqwae.metrics.usage import CodeUsage  # noqa: E402
 from vqwae.ot.histogram import code_histogram  # noqa: E402
 from vqwae.ot.transport import latents_by_group  # noqa: E402
 from vqwae.provenance import provenance  # noqa: E402
-from vqwae.quantizers import ResidualQuantizer, VectorQuantizer, WassersteinQuantizer, diagnostics  # noqa: E402
+from vqwae.quantizers import Lookup, ResidualQuantizer, VectorQuantizer, WassersteinQuantizer, diagnostics  # noqa: E402
 from vqwae.quantizers.transport_codebook import SPLIT_DEAD  # noqa: E402
 from vqwae.training.lock import RunFolderBusy, RunLock  # noqa: E402
 
@@ -209,6 +209,16 @@ def quantizer_factories(num_codes: int, dim: int, positions: int, residual: bool
         "VQ-WAE": lambda **o: Ours(lambda: WassersteinQuantizer(num_codes=k, dim=d, channel_last=True, **o), k),
         "VQ-WAE per-position": lambda **o: Ours(lambda: WassersteinQuantizer(
             num_codes=k, dim=d, channel_last=True, num_positions=positions, **o), k),
+        # the field's lookup features (issue #83 goal 2; ViT-VQGAN's factorized, l2-normalised codes): the cosine cost
+        # alone, and a search in D / 4 dimensions on the sphere, in vqwae (Lookup) and in the peer (codebook_dim,
+        # use_cosine_sim): not in the default list
+        "VQ-WAE cosine": lambda **o: Ours(lambda: Lookup(WassersteinQuantizer(
+            num_codes=k, dim=d, channel_last=True, **o), d, cosine=True), k),
+        "VQ-WAE d/4 cosine": lambda **o: Ours(lambda: Lookup(WassersteinQuantizer(
+            num_codes=k, dim=d // 4, channel_last=True, **o), d, cosine=True), k),
+        "VQ kmeans+expiry cosine": lambda **o: Peer("vq-no-rotation", k, d, use_cosine_sim=True, **o),
+        "VQ kmeans+expiry d/4 cosine": lambda **o: Peer("vq-no-rotation", k, d, codebook_dim=d // 4,
+                                                        use_cosine_sim=True, **o),
     }
 
 
@@ -430,7 +440,8 @@ def main():
     names = ([n.strip() for n in args.models.split(",")] if args.models
              else EXAMPLE_MODELS if args.host == "example"
              else [n for n in factories if n not in ("vqwae VQ kmeans+expiry", "VQ-WAE pull 1", "SimVQ", "LFQ", "OptVQ",
-                                                     "Wasserstein-VQ", "VQ (example)", "compat vector")])
+                                                     "Wasserstein-VQ", "VQ (example)", "compat vector")
+                                        and "cosine" not in n])
     for v in args.variant:
         label, _, settings = v.partition(":")
         base = "VQ-WAE per-position" if "per-position" in label else "VQ-WAE"

@@ -21,6 +21,7 @@ from torch import nn
 
 from vqwae.models.networks import NetworkConfig, build_networks
 from vqwae.models.pretrained import PretrainedMixin
+from vqwae.quantizers.lookup import Lookup
 from vqwae.quantizers import (Quantizer, QuantizerOutput, ResidualQuantizer, build_quantizer,
                               upgrade_quantizer_config)
 
@@ -145,11 +146,11 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
                 raise ValueError(f"{section!r} must be an object of options, got {config.get(section)!r}")
         qcfg = dict(config["quantizer"])
         network = NetworkConfig(**config["network"])
-        if qcfg.get("kind") == ResidualQuantizer.kind:
+        composite = {c.kind: c for c in (ResidualQuantizer, Lookup)}.get(qcfg.get("kind"))
+        if composite is not None:  # a stack or a lookup: its parts rebuilt from their saved configs
             enc, dec = build_networks(network)
-            rq = ResidualQuantizer.from_config_dict(
-                qcfg, lambda kind, options: _build_saved(kind, options, version))
-            return cls(enc, rq, dec, network)
+            quantizer = composite.from_config_dict(qcfg, lambda kind, options: _build_saved(kind, options, version))
+            return cls(enc, quantizer, dec, network)
         kind, options = upgrade_quantizer_config(qcfg.pop("kind"), qcfg, version)
         # The construction order (networks, then quantizer) is from_config's: the same seed gives the same model.
         return cls.from_config(network, kind, **options)

@@ -1,7 +1,8 @@
 """Drop-in quantizers for any PyTorch model: latents (B, D, *positions) or, with ``channel_last=True``,
-(B, *positions, D) in, ``QuantizerOutput`` out; ``ResidualQuantizer`` stacks them.
+(B, *positions, D) in, ``QuantizerOutput`` out; ``ResidualQuantizer`` stacks them, ``Lookup`` adds a
+low-dimensional (and l2-normalised) lookup.
 
-    from vqwae.quantizers import WassersteinQuantizer, VectorQuantizer, StochasticQuantizer, ResidualQuantizer
+    from vqwae.quantizers import WassersteinQuantizer, VectorQuantizer, StochasticQuantizer, ResidualQuantizer, Lookup
 
 ``WassersteinQuantizer`` is VQ-WAE as vqwae ships it; ``PaperWassersteinQuantizer`` the paper's forms (reference);
 ``diagnostics(quantizer, latents)`` measures how a VQ-WAE quantizer's transport and usage stand on given latents.
@@ -14,6 +15,7 @@ if TYPE_CHECKING:  # the exports, imported on first use (vqwae.lazy), in the API
     from vqwae.quantizers.shape import CodebookShape, LatentShape
     from vqwae.quantizers.base import Quantizer, QuantizerOutput
     from vqwae.quantizers.diagnostics import Diagnostics, diagnostics
+    from vqwae.quantizers.lookup import Lookup
     from vqwae.quantizers.paper import PaperWassersteinQuantizer
     from vqwae.quantizers.residual import ResidualOutput, ResidualQuantizer
     from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions
@@ -30,7 +32,7 @@ __all__ = [
     "Quantizer", "QuantizerOutput", "WassersteinQuantizer", "PaperWassersteinQuantizer", "VectorQuantizer",
     "StochasticQuantizer", "WassersteinConfig", "PaperWassersteinConfig", "VectorConfig", "StochasticConfig",
     "WassersteinOptions", "VQWAEOptions", "VectorOptions", "StochasticOptions", "CodebookShape", "LatentShape",
-    "ResidualQuantizer", "ResidualOutput", "QUANTIZERS", "build_quantizer", "upgrade_quantizer_config",
+    "ResidualQuantizer", "ResidualOutput", "Lookup", "QUANTIZERS", "build_quantizer", "upgrade_quantizer_config",
     "upgrade_state_dict", "diagnostics", "Diagnostics",
 ]
 __getattr__, __dir__ = attach(__name__)
