@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.helpers import vector_quantize_pytorch_loop
 from vqwae.compat import ARGUMENTS, FORWARD_ARGUMENTS, LossBreakdown, VectorQuantize
@@ -113,8 +114,7 @@ def test_the_loss_breakdown_has_the_peers_fields():
 
 
 @pytest.mark.parametrize("options,says", [
-    (dict(codebook_dim=16), "project your latents to the lower dim"),
-    (dict(use_cosine_sim=True), "normalise the latents"),
+    (dict(layernorm_after_project_in=True), "plain nn.Linear"),
     (dict(heads=8, separate_codebook_per_head=True), "several heads"),
     (dict(stochastic_sample_codes=True, sample_codebook_temp=0.1), "StochasticQuantizer"),
     (dict(learnable_codebook=True, ema_update=False), "VectorQuantizer(ema=False)"),
@@ -124,6 +124,28 @@ def test_what_compat_cannot_honour_is_refused_in_one_line_naming_the_alternative
     with pytest.raises(ValueError, match="cannot be honoured") as e:
         VectorQuantize(dim=256, codebook_size=256, **options)
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_codebook_dim_and_cosine_search_on_the_sphere_in_the_lower_dimension_as_the_peer(backend):
+    torch.manual_seed(0)
+    vq = VectorQuantize(dim=32, codebook_size=64, codebook_dim=8, use_cosine_sim=True, backend=backend,
+                        kmeans_init=backend == "vector")
+    quantized, indices, loss = vq(torch.randn(4, 50, 32))
+    assert quantized.shape == (4, 50, 32) and vq.codebook.shape == (64, 8)
+    torch.testing.assert_close(vq.codebook.norm(dim=-1), torch.ones(64))
+    vq.eval()
+    x = torch.randn(4, 50, 32)
+    quantized, indices, _ = vq(x)
+    similarity = F.normalize(vq.quantizer.project_in(x), dim=-1) @ vq.codebook.t()  # the peer's cosine search
+    assert torch.equal(indices, similarity.argmax(-1))
+    assert vq.get_codes_from_indices(indices).shape == (4, 50, 8)  # the peer's: codes before project_out
+    torch.testing.assert_close(vq.get_output_from_indices(indices), quantized)
+    image = VectorQuantize(dim=32, codebook_size=16, codebook_dim=4, accept_image_fmap=True, backend=backend).eval()
+    fmap = torch.randn(2, 32, 5, 5)
+    q, idx, _ = image(fmap)
+    assert q.shape == (2, 32, 5, 5) and idx.shape == (2, 5, 5)
+    torch.testing.assert_close(image.get_output_from_indices(idx), q)
 
 
 def test_an_unknown_argument_or_backend_is_refused_naming_the_valid_ones():

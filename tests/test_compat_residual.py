@@ -94,7 +94,7 @@ def test_per_level_codebook_sizes_and_an_image_feature_map():
     (dict(shared_codebook=True), "own codebook"),
     (dict(quantize_dropout_cutoff_index=1), "draws 1..L levels"),
     (dict(beam_size=4), "greedy"),
-    (dict(use_cosine_sim=True), "normalise the latents"),  # a level argument: VectorQuantize's own refusal
+    (dict(use_cosine_sim=True), "wraps one quantizer, not the levels of a stack"),  # a level argument
 ])
 def test_what_compat_cannot_honour_is_refused_in_one_line(options, says):
     with pytest.raises(ValueError, match=says):

@@ -22,8 +22,8 @@ from vqwae.quantizers.residual import ResidualQuantizer
 
 _DROPOUT = "vqwae's quantizer dropout draws 1..L levels (ResidualQuantizer(dropout=True))"
 RESIDUAL_ARGUMENTS = {
-    "codebook_dim": (None, "a low-dimensional lookup is not in vqwae: project your latents to the lower dim with an "
-                           "nn.Linear before the quantizer"),
+    "codebook_dim": (None, "a stack-wide low-dimensional lookup is not in vqwae (vqwae.quantizers.Lookup wraps one "
+                           "quantizer): project your latents with an nn.Linear before the stack"),
     "shared_codebook": (False, "every level has its own codebook in vqwae (ResidualQuantizer)"),
     "diveq": (False, "not in vqwae"),
     "heads": (1, "several heads are not in vqwae: one ResidualVQ per head"),
@@ -76,6 +76,9 @@ class ResidualVQ(nn.Module):
         if self.channel_first:
             options["accept_image_fmap"] = True
         self.return_zeros_for_masked_padding = bool(stack.get("return_zeros_for_masked_padding", True))
+        if options.get("use_cosine_sim"):
+            raise ValueError("ResidualVQ(use_cosine_sim=True) cannot be honoured: vqwae's l2-normalised lookup "
+                             "(vqwae.quantizers.Lookup) wraps one quantizer, not the levels of a stack")
         # each level is what compat's VectorQuantize builds from the same arguments (its refusals included)
         made = iter(VectorQuantize(dim, k, backend=backend, **options).quantizer for k in sizes)
         self.stack = ResidualQuantizer(lambda: next(made), num_quantizers,

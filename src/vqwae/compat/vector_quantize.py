@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vqwae.quantizers.lookup import Lookup
 from vqwae.quantizers.vector import VectorQuantizer
 from vqwae.quantizers.wasserstein import WassersteinQuantizer
 from vqwae.quantizers.wasserstein_options import WassersteinConfig
@@ -37,8 +38,7 @@ def peer_start_bound(k: int, dim: int) -> float:
 WS_WEIGHT = WassersteinConfig.__dataclass_fields__["ws_weight"].default
 
 ARGUMENTS = {
-    "codebook_dim": (None, "a low-dimensional lookup is not in vqwae: project your latents to the lower dim with an "
-                           "nn.Linear before the quantizer"),
+    "codebook_dim": (None, "map"),
     "heads": (1, "several heads are not in vqwae: split the features yourself, one VectorQuantize each"),
     "separate_codebook_per_head": (False, "several heads are not in vqwae: one VectorQuantize per head"),
     "decay": (0.8, "map"),
@@ -47,8 +47,9 @@ ARGUMENTS = {
     "kmeans_init": (False, "map"),
     "kmeans_iters": (10, "map"),
     "sync_kmeans": (True, "the data start (k-means start) is rank 0's draw, broadcast to every rank"),
-    "use_cosine_sim": (False, "l2-normalised codes are not in vqwae: normalise the latents before the quantizer"),
-    "layernorm_after_project_in": (False, "there is no projection in vqwae (codebook_dim)"),
+    "use_cosine_sim": (False, "map"),
+    "layernorm_after_project_in": (False, "not in vqwae: codebook_dim's projection is a plain nn.Linear (put a "
+                                          "LayerNorm in your encoder)"),
     "threshold_ema_dead_code": (0, "map"),
     "channel_last": (True, "map"),
     "accept_image_fmap": (False, "map"),
@@ -178,6 +179,15 @@ class VectorQuantize(nn.Module):
         self.quantizer = self._build(dim, codebook_size, backend, options, get)
 
     def _build(self, dim, k, backend, given, get) -> nn.Module:
+        """The quantizer the arguments ask for; with ``codebook_dim`` or ``use_cosine_sim`` inside a ``Lookup``
+        (the search in codebook_dim dimensions, on the sphere), as the peer projects and normalises."""
+        codebook_dim = dim if get("codebook_dim") is None else int(get("codebook_dim"))
+        q = self._build_quantizer(codebook_dim, k, backend, given, get)
+        if codebook_dim == dim and not get("use_cosine_sim"):
+            return q
+        return Lookup(q, dim, cosine=bool(get("use_cosine_sim")))
+
+    def _build_quantizer(self, dim, k, backend, given, get) -> nn.Module:
         shape = dict(num_codes=k, dim=dim, channel_last=not self.channel_first)
         if backend == "wasserstein":
             # The peer's defaults are its method's; where the user left one, vqwae's own default stands. The data
@@ -206,7 +216,7 @@ class VectorQuantize(nn.Module):
 
     @property
     def codebook(self) -> torch.Tensor:
-        """The codes (K, D)."""
+        """The codes (K, codebook_dim): on the unit sphere with ``use_cosine_sim``."""
         return self.quantizer.codebook
 
     def forward(self, x: torch.Tensor, indices=None, mask=None, lens=None, topk=None, sample_codebook_temp=None,
@@ -245,9 +255,15 @@ class VectorQuantize(nn.Module):
         return quantized, idx, loss
 
     def get_codes_from_indices(self, indices: torch.Tensor) -> torch.Tensor:
-        """The codes of ``indices`` in the layout the forward returns (index -1, a padded position: zeros)."""
+        """The codes of ``indices`` (codebook_dim features) in the layout the forward returns (index -1, a padded
+        position: zeros)."""
         return codes_of(self.codebook, indices, self.channel_first)
 
     def get_output_from_indices(self, indices: torch.Tensor) -> torch.Tensor:
-        """What the forward returns as ``quantized`` for ``indices`` (in eval mode, equal to it)."""
-        return self.get_codes_from_indices(indices)
+        """What the forward returns as ``quantized`` for ``indices`` (in eval mode, equal to it): the codes through
+        codebook_dim's projection back to dim."""
+        codes = self.get_codes_from_indices(indices)
+        if not isinstance(self.quantizer, Lookup):
+            return codes
+        out = self.quantizer.project_out(codes.movedim(1, -1) if self.channel_first and codes.dim() > 2 else codes)
+        return out.movedim(-1, 1) if self.channel_first and codes.dim() > 2 else out
