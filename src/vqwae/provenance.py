@@ -32,10 +32,15 @@ def source_commit() -> tuple[str | None, bool | None]:
 
 
 def describe_device(device: torch.device) -> str:
-    """"cuda: NVIDIA H100 ..." or "cpu: N threads" (the processor's model, not the host's name)."""
+    """"cuda: NVIDIA H100 ..." or "cpu: N threads, x86_64, AVX512" (the processor's model, not the host's name; on
+    the CPU the vector instructions torch's kernels use: one command ran on two machines of one kind can give
+    other figures, docs/lab/48-.md#large-k-rerun)."""
     if device.type == "cuda":
         return f"cuda: {torch.cuda.get_device_name(device)}"
-    return f"{device.type}: {torch.get_num_threads()} threads, {platform.machine()}"
+    described = f"{device.type}: {torch.get_num_threads()} threads, {platform.machine()}"
+    if device.type == "cpu":
+        described += f", {torch.backends.cpu.get_cpu_capability()}"
+    return described
 
 
 def provenance(event: str, device: torch.device, **extra) -> dict:
