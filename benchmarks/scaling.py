@@ -24,15 +24,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
+
+from vqwae.files import atomic_write_text
+from vqwae.provenance import provenance
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KS = (512, 2048, 8192, 16384)
@@ -116,6 +118,8 @@ print(json.dumps(dict(step_growth_mb=(peak - base) / 1024, peak_rss_mb=peak / 10
 def peers_memory(names: list[str], ks: list[int], ns: list[int], out: str | None) -> None:
     """``--peers``: each zoo quantizer's step memory in a fresh process, per K and N."""
     rows = []
+    meta = provenance("scaling", torch.device("cpu"), command="python benchmarks/scaling.py " + " ".join(sys.argv[1:]),
+                      note="one thread per process; resident memory, MB")
     for k in ks:
         for n in ns:
             for name in names:
@@ -129,11 +133,8 @@ def peers_memory(names: list[str], ks: list[int], ns: list[int], out: str | None
                     row["error"] = (res.stderr.strip().splitlines() or ["?"])[-1]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-                if out:
-                    meta = dict(date=datetime.now(timezone.utc).isoformat(), command="python benchmarks/scaling.py "
-                                + " ".join(sys.argv[1:]), note="one thread per process; resident memory, MB")
-                    with open(out, "w") as f:
-                        json.dump(dict(meta=meta, rows=rows), f, indent=1)
+                if out:  # rewritten after every row, whole or not at all: a killed run keeps the rows it measured
+                    atomic_write_text(Path(out), json.dumps(dict(meta=meta, rows=rows), indent=1))
 
 
 def plot(rows, path):
@@ -195,18 +196,16 @@ def main(argv=None):
             row = json.loads(res.stdout.strip().splitlines()[-1])
             rows.append(row)
             print(f"K {k:6d}  latents {n:6d}  {row['median_ms']:9.1f} ms  peak {row['peak_mib']:7.1f} MiB", flush=True)
-    info = dict(date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), machine=platform.node(),
-                cpus=os.cpu_count(), threads=a.threads or torch.get_num_threads(), device=a.device, torch=torch.__version__,
-                load_before=load0, load_after=" ".join(f"{v:.2f}" for v in os.getloadavg()),
-                command="python " + " ".join(sys.argv))
+    info = provenance("scaling", torch.device(a.device), cpus=os.cpu_count(), threads=a.threads or torch.get_num_threads(),
+                      load_before=load0, load_after=" ".join(f"{v:.2f}" for v in os.getloadavg()),
+                      command="python " + " ".join(sys.argv))
     print("| latents \\ K | " + " | ".join(str(k) for k in sorted({r['K'] for r in rows})) + " |")
     for n in sorted({r["latents"] for r in rows}):
         cells = [f"{r['median_ms']:.1f} ms / {r['peak_mib']:.0f} MiB" for r in sorted(rows, key=lambda r: r["K"]) if r["latents"] == n]
         print(f"| {n} | " + " | ".join(cells) + " |")
     if a.out:
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-        with open(a.out, "w") as f:
-            json.dump(dict(info=info, rows=rows), f, indent=2)
+        atomic_write_text(Path(a.out), json.dumps(dict(info=info, rows=rows), indent=2))
     if a.plot:
         plot(rows, a.plot)
 

@@ -27,15 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 
 from vqwae.models import NetworkConfig
+from vqwae.files import atomic_write_text
+from vqwae.provenance import provenance
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import CONFIGURATIONS, build_autoencoder, loadavg, sync  # noqa: E402  (the benchmarks' shared module)
@@ -176,14 +177,10 @@ def main(argv=None):
         med = statistics.median(t)
         rows.append(dict(model=n, median_ms=1e3 * med, p25_ms=1e3 * q[0], p75_ms=1e3 * q[2],
                          ratio=(med / base) if base else None, steps=len(t), warmup_s=warmup_s[n]))
-    info = dict(date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), machine=platform.node(),
-                processor=platform.processor() or platform.machine(), cpus=os.cpu_count(),
-                threads=torch.get_num_threads(), device=str(device), torch=torch.__version__,
-                load_before=load_before, load_after=load_after, command="python " + " ".join(sys.argv),
-                batch_size=a.batch_size, num_codes=a.num_codes, compile_mode=a.compile_mode, arch=a.arch,
-                hidden=a.hidden)
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
+    info = provenance("step_time", device, cpus=os.cpu_count(), threads=torch.get_num_threads(),
+                      load_before=load_before, load_after=load_after, command="python " + " ".join(sys.argv),
+                      batch_size=a.batch_size, num_codes=a.num_codes, compile_mode=a.compile_mode, arch=a.arch,
+                      hidden=a.hidden)
     print(f"# {info['date']}  {info['device']}  threads {info['threads']}  load {load_before} -> {load_after}")
     print("| model | median ms/step | IQR (ms) | ratio to VQ-VAE | warm-up s |")
     print("| --- | --- | --- | --- | --- |")
@@ -192,8 +189,7 @@ def main(argv=None):
         print(f"| {r['model']} | {r['median_ms']:.1f} | {r['p25_ms']:.1f}-{r['p75_ms']:.1f} | {ratio} | "
               f"{r['warmup_s']:.1f} |")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(dict(info=info, rows=rows), f, indent=2)
+        atomic_write_text(Path(a.json), json.dumps(dict(info=info, rows=rows), indent=2))
     return rows
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import statistics
 import subprocess
@@ -29,6 +28,8 @@ import torch
 from vqwae.metrics.lpips import require_lpips
 from vqwae.models import VQAutoencoder
 from vqwae.models.networks import NetworkConfig, build_networks
+from vqwae.files import atomic_write_text
+from vqwae.provenance import provenance
 from vqwae.quantizers import build_quantizer
 from vqwae.training.adversarial import BETAS, AdversarialLoss, AdversarialOptions
 
@@ -145,16 +146,14 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if args.memory_child:
         return peak_memory_child(args.memory_child, args.lpips_weights)
-    result = dict(date=time.strftime("%Y-%m-%d"), torch=torch.__version__,
-                  machine=f"{platform.machine()} {args.threads} threads"
-                  + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""),
-                  command="python benchmarks/vqgan_speed.py " + " ".join(sys.argv[1:]))
+    result = provenance("vqgan_speed", torch.device("cuda" if torch.cuda.is_available() else "cpu"),
+                        command="python benchmarks/vqgan_speed.py " + " ".join(sys.argv[1:]))
     if not args.memory_only:
         perceptual = require_lpips(args.lpips_weights, net="vgg", download=False)
         result["step_time"] = step_times(args, perceptual)
     result["peak_memory_256_batch4"] = peak_memory(args.lpips_weights)
     out = HERE / "results" / ("vqgan_memory.json" if args.memory_only else "vqgan_speed.json")
-    out.write_text(json.dumps(result, indent=2))
+    atomic_write_text(out, json.dumps(result, indent=2))
     print(f"-> {out}")
 
 
