@@ -15,20 +15,30 @@ import torch
 import vqwae
 
 
-@functools.lru_cache(maxsize=1)
-def source_commit() -> tuple[str | None, bool | None]:
-    """(the commit of the git checkout vqwae is imported from, whether its tracked files differ from it), or
-    (None, None) for an installed copy or without git. Read once per process."""
-    src = Path(vqwae.__file__).resolve().parent
+#: What a run's "uncommitted_changes" does not count: edits that cannot change what the code computes (the docs,
+#: Markdown anywhere, the benchmarks' result files)
+NOT_CODE = (":(top,exclude)docs", ":(top,exclude,glob)**/*.md", ":(top,exclude)benchmarks/results")
+
+
+def commit_of(path: Path) -> tuple[str | None, bool | None]:
+    """(the commit of the git checkout holding ``path``, whether its tracked files other than ``NOT_CODE`` differ
+    from it), or (None, None) outside a git checkout or without git."""
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=src, capture_output=True, text=True, timeout=10)
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True, timeout=10)
         if commit.returncode != 0:
             return None, None
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=src,
-                                capture_output=True, text=True, timeout=10)
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/", *NOT_CODE],
+                                cwd=path, capture_output=True, text=True, timeout=10)
         return commit.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None, None
+
+
+@functools.lru_cache(maxsize=1)
+def source_commit() -> tuple[str | None, bool | None]:
+    """``commit_of`` the checkout vqwae is imported from: (None, None) for an installed copy. Read once per
+    process."""
+    return commit_of(Path(vqwae.__file__).resolve().parent)
 
 
 def describe_device(device: torch.device) -> str:
