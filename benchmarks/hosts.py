@@ -91,6 +91,10 @@ from vqwae.training.lock import RunFolderBusy, RunLock  # noqa: E402
 HERE = Path(__file__).resolve().parent
 #: the example host's default rows: the peer's example as written, the same through vqwae.compat, VQ-WAE (what
 #: ``vqwae.compat.VectorQuantize`` builds by default) and vqwae's field VQ
+#: the zoo's models that run only when --models names them
+OPT_IN = ("vqwae VQ kmeans+expiry", "VQ-WAE pull 1", "SimVQ", "LFQ", "OptVQ", "Wasserstein-VQ", "VQ (example)",
+          "compat vector", "VQ-WAE cosine", "VQ-WAE d/4 cosine", "VQ kmeans+expiry cosine",
+          "VQ kmeans+expiry d/4 cosine")
 EXAMPLE_MODELS = ["VQ (example)", "compat vector", "VQ-WAE", "vqwae VQ kmeans+expiry"]
 #: The most (latent, code) distances an evaluation forward makes (1 GiB in float32): K = 65,536 in 64 images.
 EVAL_ENTRIES = 2 ** 28
@@ -439,9 +443,7 @@ def main():
         factories.pop("VQ-WAE per-position")
     names = ([n.strip() for n in args.models.split(",")] if args.models
              else EXAMPLE_MODELS if args.host == "example"
-             else [n for n in factories if n not in ("vqwae VQ kmeans+expiry", "VQ-WAE pull 1", "SimVQ", "LFQ", "OptVQ",
-                                                     "Wasserstein-VQ", "VQ (example)", "compat vector")
-                                        and "cosine" not in n])
+             else [n for n in factories if n not in OPT_IN])
     for v in args.variant:
         label, _, settings = v.partition(":")
         base = "VQ-WAE per-position" if "per-position" in label else "VQ-WAE"

@@ -106,3 +106,22 @@ def test_an_autoencoder_with_a_lookup_saves_and_loads_bit_identically(tmp_path):
     assert isinstance(loaded.quantizer, Lookup) and loaded.quantizer.cosine
     for k, v in model.state_dict().items():
         assert torch.equal(v, loaded.state_dict()[k]), k
+
+
+def test_each_gradient_lands_where_its_term_says():
+    """The quantizer's loss alone (the WS term and the KL, on the projected latents) reaches the latents, project_in
+    and pi's logits, never project_out or the codebook (placed by transport); the decoder's term alone reaches
+    project_out, project_in and the latents (straight-through), not pi."""
+    torch.manual_seed(6)
+    q = Lookup(_wasserstein(d=4), dim=32, cosine=True)
+    z = torch.randn(6, 20, 32, requires_grad=True)
+    for _ in range(3):  # the potential starts at 0 and pi uniform: pi's gradient is 0 on the first call
+        q(z.detach())
+    q(z).loss.backward()
+    assert z.grad.abs().sum() > 0 and q.project_in.weight.grad.abs().sum() > 0 and q.q.beta.grad.abs().sum() > 0
+    assert q.project_out.weight.grad is None and q.q.codebook.grad is None
+    q.zero_grad(set_to_none=True)
+    z.grad = None
+    q(z).quantized.square().mean().backward()
+    assert z.grad.abs().sum() > 0 and q.project_in.weight.grad.abs().sum() > 0
+    assert q.project_out.weight.grad.abs().sum() > 0 and q.q.beta.grad is None

@@ -263,7 +263,4 @@ class VectorQuantize(nn.Module):
         """What the forward returns as ``quantized`` for ``indices`` (in eval mode, equal to it): the codes through
         codebook_dim's projection back to dim."""
         codes = self.get_codes_from_indices(indices)
-        if not isinstance(self.quantizer, Lookup):
-            return codes
-        out = self.quantizer.project_out(codes.movedim(1, -1) if self.channel_first and codes.dim() > 2 else codes)
-        return out.movedim(-1, 1) if self.channel_first and codes.dim() > 2 else out
+        return self.quantizer.from_codes(codes) if isinstance(self.quantizer, Lookup) else codes

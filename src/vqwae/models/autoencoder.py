@@ -21,9 +21,8 @@ from torch import nn
 
 from vqwae.models.networks import NetworkConfig, build_networks
 from vqwae.models.pretrained import PretrainedMixin
-from vqwae.quantizers.lookup import Lookup
-from vqwae.quantizers import (Quantizer, QuantizerOutput, ResidualQuantizer, build_quantizer,
-                              upgrade_quantizer_config)
+from vqwae.quantizers import Quantizer, QuantizerOutput, build_quantizer, upgrade_quantizer_config
+from vqwae.quantizers.registry import COMPOSITES
 
 
 class VQAutoencoder(PretrainedMixin, nn.Module):
@@ -146,7 +145,7 @@ class VQAutoencoder(PretrainedMixin, nn.Module):
                 raise ValueError(f"{section!r} must be an object of options, got {config.get(section)!r}")
         qcfg = dict(config["quantizer"])
         network = NetworkConfig(**config["network"])
-        composite = {c.kind: c for c in (ResidualQuantizer, Lookup)}.get(qcfg.get("kind"))
+        composite = COMPOSITES.get(qcfg.get("kind"))
         if composite is not None:  # a stack or a lookup: its parts rebuilt from their saved configs
             enc, dec = build_networks(network)
             quantizer = composite.from_config_dict(qcfg, lambda kind, options: _build_saved(kind, options, version))

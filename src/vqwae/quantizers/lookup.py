@@ -67,10 +67,15 @@ class Lookup(nn.Module):
         return F.normalize(c, dim=-1) if self.cosine else c
 
     def _features_last(self, z: torch.Tensor) -> torch.Tensor:
-        return z if self.q.config.channel_last else z.movedim(1, -1)
+        return z if self.q.config.channel_last or z.dim() < 3 else z.movedim(1, -1)
 
     def _inner_layout(self, z: torch.Tensor) -> torch.Tensor:
-        return z if self.q.config.channel_last else z.movedim(-1, 1)
+        return z if self.q.config.channel_last or z.dim() < 3 else z.movedim(-1, 1)
+
+    def from_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes of d features in the latents' layout (or flat (N, d)) -> what the decoder receives: D features
+        through ``project_out``, in the same layout."""
+        return self._inner_layout(self.project_out(self._features_last(codes)))
 
     def forward(self, z: torch.Tensor, mask: torch.Tensor | None = None, *,
                 compute_loss: bool | None = None) -> QuantizerOutput:
@@ -88,18 +93,14 @@ class Lookup(nn.Module):
             with torch.no_grad():  # the codes back on the sphere: a projected step (no host read)
                 self.q.codebook.copy_(F.normalize(self.q.codebook, dim=-1))
         out = self.q(self._inner_layout(h), mask, compute_loss=compute_loss)
-        out.quantized = self._inner_layout(self.project_out(self._features_last(out.quantized)))
+        out.quantized = self.from_codes(out.quantized)
         return out
 
     def indices_to_latents(self, indices: torch.Tensor) -> torch.Tensor:
         """Codes (B, *positions) -> what the decoder receives for them, D features in the latents' layout (equal to
         ``quantized`` at eval time)."""
-        codes = self.q.indices_to_latents(indices)
-        if self.cosine:
-            codes = F.normalize(codes, dim=-1 if self.q.config.channel_last or indices.dim() < 2 else 1)
-        if indices.dim() < 2:
-            return self.project_out(codes)
-        return self._inner_layout(self.project_out(self._features_last(codes)))
+        codes = self._features_last(self.q.indices_to_latents(indices))
+        return self.from_codes(self._inner_layout(F.normalize(codes, dim=-1) if self.cosine else codes))
 
     def reconstruction_loss(self, x_hat: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The inner quantizer's data term."""
