@@ -343,8 +343,7 @@ def transport_state(q: WassersteinQuantizer, z: torch.Tensor, cells: bool = Fals
                tv_ema=0.5 * float(((ratio - 1) * pi).abs().sum()),
                dead_share=float((ratio < SPLIT_DEAD).float().mean()),
                # the dead-code test itself, with these latents as a step's
-               dead_own=float((t.served(x.shape[0] * x.shape[1] * pi, 1 / (1 - q.config.codebook_decay))
-                               < SPLIT_DEAD).float().mean()),
+               dead_own=float((t.served(x.shape[0] * x.shape[1] * pi) < SPLIT_DEAD).float().mean()),
                batch_rms=float(x.pow(2).mean().sqrt()), codebook_rms=float(q.embedding.pow(2).mean().sqrt()),
                splits=int(t.splits))
     if cells:

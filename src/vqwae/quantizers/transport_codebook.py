@@ -14,25 +14,14 @@ from torch import nn
 
 from vqwae.ot.histogram import code_histogram
 
-#: The most pairs of cells split in one step: K / 2 below K = 512; beyond, SPLITS_PER_STEP or, with more latents a step,
-#: one pair for every SPLIT_LATENTS of them (dead codes queue a few steps). 2,048 pairs at 16,384 latents a step: the
-#: field's regime, one latent a code at K = 16,384, re-seeds its dead codes in 8 steps, not 64
-#: (docs/lab/48-.md#judged-sooner).
-SPLITS_PER_STEP, SPLIT_LATENTS = 256, 8
+#: The most pairs of cells split in one step (K / 2 below K = 512; beyond, dead codes queue a few steps).
+SPLITS_PER_STEP = 256
 #: A code whose transported share falls below this fraction of pi_k is dead and is re-seeded
 #: (docs/lab/09-16.md#host-zoo).
 SPLIT_DEAD = 0.1
 #: A code is judged (dead or not) once its own record covers this share of an EMA horizon since it was placed (the
-#: record's EMA then holds 1 - 1/e of its steady value: about 1 / (1 - decay) steps, 100 at the default 0.99), or
-#: sooner, once JUDGED_AFTER steps have passed since and its share has brought JUDGED_FROM_DUE latents (their
-#: discounted sum, ``expected`` x the horizon). At one latent a code a step the horizon's wait left 95% of the codes
-#: dead for 100 steps (docs/lab/48-.md#large-k-candidates). 50 steps keeps the controllability toy's control (20 did
-#: not); 50 latents due, not 5: a live code then receives fewer than SPLIT_DEAD of them with odds ~1e-14, where with
-#: 5 due it receives none with odds e^-5, and at 1/8 latent a code a step the early verdicts cost test MSE in 4 of 4
-#: paired runs (+3% to +13%); with fewer than 0.5 latents a code a step (50 due is never reached) nothing changes
-#: (docs/lab/48-.md#judged-sooner).
+#: record's EMA then holds 1 - 1/e of its steady value: about 1 / (1 - decay) steps, 100 at the default 0.99).
 JUDGED_FROM = 1 - 1 / 2.718281828459045
-JUDGED_AFTER, JUDGED_FROM_DUE = 50, 50.0
 
 
 class TransportCodebook(nn.Module):
@@ -58,15 +47,13 @@ class TransportCodebook(nn.Module):
         # ~200 steps at K = 16,384 (docs/lab/48-.md#collapse-cause)
         self.register_buffer("earned", torch.zeros(num_codes))
         self.register_buffer("expected", torch.zeros(num_codes))
-        self.register_buffer("placed", torch.zeros(num_codes, dtype=torch.long))  # `steps` when each code was placed
         # the codes moved by a split since construction (dead and unused alike): a diagnostic, not saved
         self.register_buffer("splits", torch.zeros((), dtype=torch.long), persistent=False)
 
     @torch.no_grad()
     def reset(self) -> None:
         """Forget every statistic (the codebook was drawn anew)."""
-        for t in (self.mass, self.sum, self.steps, self.nearest_mass, self.nearest_error, self.earned, self.expected,
-                  self.placed):
+        for t in (self.mass, self.sum, self.steps, self.nearest_mass, self.nearest_error, self.earned, self.expected):
             t.zero_()
         self.nearest_of.fill_(-1)
 
@@ -87,11 +74,8 @@ class TransportCodebook(nn.Module):
         and ``scale`` are the solver's (a split shares a cell's potential), ``pi`` (G, K) the weights, ``beta`` pi's
         logits (split_unused moves their mass, in place), ``all_reduce``: sum the statistics over DDP ranks."""
         k, ready_after = self.num_codes, int(1 / (1 - decay))  # split_unused waits for its EMAs to fill
-        horizon = 1 / (1 - decay)
         live = None  # under DDP or a mask: whether any real latent was seen (a tensor: no host read)
         x = x.reshape(-1, self.dim)
-        # the step's latents (every rank's: each rank splits as many pairs), a host-known size
-        latents = x.shape[0] * (dist.get_world_size() if all_reduce else 1)
         mass = counts.sum(0).to(x.dtype)  # latents per code, over the groups (a mask's real ones)
         if keep is not None:  # the padding weighted 0, not indexed out (which would read the host)
             x = x * keep.reshape(-1, 1).to(x.dtype)
@@ -114,30 +98,27 @@ class TransportCodebook(nn.Module):
         self.earned.mul_(decay).add_(mass * (1 - decay))
         self.expected.mul_(decay).add_(due * (1 - decay))
         self.steps += 1 if live is None else live.long()
-        pairs = self._pairs_per_step(latents)
-        self._split_dead(codebook, potential, scale, pi, self.served(due, horizon), pairs, bool(split_unused))
+        self._split_dead(codebook, potential, scale, pi, due, bool(split_unused))
         if split_unused:
             ready = self.steps > ready_after
             if live is not None:  # a step without real latents splits nothing
                 ready = ready & live
             self._track_nearest(codebook, x, assigned, nearest, keep, decay, all_reduce)
-            self._split_unused(codebook, potential, scale, pi, beta, split_unused, ready, pairs)
+            self._split_unused(codebook, potential, scale, pi, beta, split_unused, ready)
         seen = self.mass > 0  # a code the map never reached keeps its place
         centroid = self.sum / self.mass.clamp_min(torch.finfo(x.dtype).tiny).unsqueeze(1)
         codebook.copy_(torch.where(seen.unsqueeze(1), centroid, codebook))
 
-    def served(self, due: torch.Tensor, horizon: float) -> torch.Tensor:
+    def served(self, due: torch.Tensor) -> torch.Tensor:
         """Each code's own record since it was placed: the latents the map sent it over those its share would have
-        (``earned / expected``), where ``due`` (K,) holds the latents each code's share brings in one step and
-        ``horizon`` is the EMAs' 1 / (1 - decay); inf for a code not yet judged (less than JUDGED_FROM of a horizon
-        since it was placed and either fewer than JUDGED_AFTER steps or fewer than JUDGED_FROM_DUE latents due; or
-        no share due: a step without real latents judges nothing). Below SPLIT_DEAD the code is dead."""
-        sooner = (self.steps - self.placed >= JUDGED_AFTER) & (self.expected * horizon >= JUDGED_FROM_DUE)
-        judged = ((self.expected >= JUDGED_FROM * due) | sooner) & (due > 0)
+        (``earned / expected``), where ``due`` (K,) holds the latents each code's share brings in one step; inf for a
+        code not yet judged (less than JUDGED_FROM of an EMA horizon since it was placed, or no share due: a step
+        without real latents judges nothing). Below SPLIT_DEAD the code is dead."""
+        judged = (self.expected >= JUDGED_FROM * due) & (due > 0)
         return torch.where(judged, self.earned / self.expected.clamp_min(torch.finfo(self.expected.dtype).tiny),
                            torch.inf)
 
-    def _split_dead(self, codebook, potential, scale, pi, served, pairs: int, tracked: bool) -> None:
+    def _split_dead(self, codebook, potential, scale, pi, due, tracked: bool) -> None:
         """Re-seed the codes the transport has stopped reaching by splitting the most overloaded cells.
 
         The transport map gives every code its share pi_k only at the optimum of the potential g, which one ascent
@@ -151,18 +132,19 @@ class TransportCodebook(nn.Module):
         pi keeps its control.
 
         A code is judged by its own record since it was placed (``served``); the overloaded partners by the EMA mass
-        that places them. At most ``pairs`` pairs a step."""
+        that places them."""
+        served = self.served(due)
         ratio = self._share_over_pi(self.mass, pi)
         # the i-th least served code pairs with the i-th most loaded
-        lo = torch.topk(served, pairs, largest=False).indices
-        hi = torch.topk(ratio, pairs).indices
+        lo = torch.topk(served, self._pairs_per_step, largest=False).indices
+        hi = torch.topk(ratio, self._pairs_per_step).indices
         split = (served[lo] < SPLIT_DEAD) & (ratio[hi] > 1)
         self._split_pairs(codebook, potential, scale, lo, hi, split, tracked)
 
-    def _pairs_per_step(self, latents: int) -> int:
-        """The most pairs split in a step of ``latents`` latents: SPLITS_PER_STEP, or one per SPLIT_LATENTS latents if
-        more, and never over K / 2 (the rest wait), so that the splits' gathers stay small beside the step's search."""
-        return min(self.num_codes // 2, max(SPLITS_PER_STEP, latents // SPLIT_LATENTS))
+    @property
+    def _pairs_per_step(self) -> int:
+        """At most SPLITS_PER_STEP pairs a step (the rest wait), so that the splits' gathers stay small at large K."""
+        return min(self.num_codes // 2, SPLITS_PER_STEP)
 
     @staticmethod
     def _share_over_pi(mass: torch.Tensor, pi: torch.Tensor) -> torch.Tensor:
@@ -185,7 +167,6 @@ class TransportCodebook(nn.Module):
         # the moved code starts its own record; its partner keeps its record, its cell halved
         self.earned[lo] = torch.where(split, 0.0, self.earned[lo])
         self.expected[lo] = torch.where(split, 0.0, self.expected[lo])
-        self.placed[lo] = torch.where(split, self.steps, self.placed[lo])
         self.earned[hi] = torch.where(split, self.earned[hi] / 2, self.earned[hi])
         half = self.mass[hi] / 2
         self.mass[lo] = torch.where(split, half, self.mass[lo])
@@ -223,7 +204,7 @@ class TransportCodebook(nn.Module):
         self.nearest_mass.mul_(decay).add_(counts * (1 - decay))
         self.nearest_error.mul_(decay).add_(errors * (1 - decay))
 
-    def _split_unused(self, codebook, potential, scale, pi, beta, threshold, ready, pairs: int) -> None:
+    def _split_unused(self, codebook, potential, scale, pi, beta, threshold, ready) -> None:
         """A code that the decoder receives for less than ``threshold`` x pi_k of the latents (the EMA of its
         nearest-code share) moves to split the nearest-code cell with the largest summed error among those above the
         mean (the LBG split on the distortion the decoder sees). A crowd of identical latents (the blank patches of a
@@ -231,8 +212,8 @@ class TransportCodebook(nn.Module):
         nearest: W cannot move the others out (docs/lab/17-29.md#sequence-blank-patches,
         docs/lab/30-39.md#sequence-kl-weight); this does, and pi's mass moves with them."""
         ratio = self._share_over_pi(self.nearest_mass, pi)
-        lo = torch.topk(ratio, pairs, largest=False).indices
-        hi = torch.topk(self.nearest_error, pairs).indices
+        lo = torch.topk(ratio, self._pairs_per_step, largest=False).indices
+        hi = torch.topk(self.nearest_error, self._pairs_per_step).indices
         heavy = self.nearest_error[hi] > self.nearest_error.mean()
         split = (ratio[lo] < threshold) & heavy & ready
         self._move_pi(beta, lo, hi, split)
