@@ -6,7 +6,7 @@ import subprocess
 import pytest
 import torch
 
-from vqwae.provenance import commit_of, describe_device, provenance
+from vqwae.provenance import commit_of, describe_device, digest_of, provenance, source_digest
 
 
 @pytest.fixture
@@ -47,3 +47,23 @@ def test_the_cpu_device_names_its_vector_instructions():
     assert described.startswith("cpu: ") and described.endswith(torch.backends.cpu.get_cpu_capability())
     record = provenance("eval", torch.device("cpu"), steps=3)
     assert record["event"] == "eval" and record["device"] == described and record["steps"] == 3
+
+
+def test_the_digest_names_the_code_wherever_it_lies(tmp_path):
+    """A copy of the package run outside any checkout (the notebook's candidates) still says which code made a number:
+    the same files give the same digest in another folder; an edit, a rename or a new file gives another."""
+    a, b = tmp_path / "a" / "pkg", tmp_path / "b" / "pkg"
+    for root in (a, b):
+        (root / "sub").mkdir(parents=True)
+        (root / "__init__.py").write_text("x = 1\n")
+        (root / "sub" / "m.py").write_text("y = 2\n")
+        (root / "notes.md").write_text("not code\n")
+    assert digest_of(a) == digest_of(b) and len(digest_of(a)) == 16
+    (b / "notes.md").write_text("edited\n")
+    assert digest_of(a) == digest_of(b)
+    (b / "sub" / "m.py").write_text("y = 3\n")
+    assert digest_of(a) != digest_of(b)
+    (b / "sub" / "m.py").write_text("y = 2\n")
+    (b / "sub" / "m.py").rename(b / "sub" / "n.py")
+    assert digest_of(a) != digest_of(b)
+    assert provenance("eval", torch.device("cpu"))["source_digest"] == source_digest()

@@ -1,10 +1,12 @@
-"""What a result ran with: the code (the git commit of vqwae's source, and whether it had uncommitted changes), the
-date, torch and Python, and the device. A run folder logs one line of it each time training starts or resumes and
+"""What a result ran with: the code (the git commit of vqwae's source, whether it had uncommitted changes, and a digest
+of the package's Python files, which names the code also where there is no checkout: an installed or copied package),
+the date, torch and Python, and the device. A run folder logs one line of it each time training starts or resumes and
 each time the run is evaluated (``training.folder.PROVENANCE``), so a number can be traced to the code that made it
 without naming the machine's paths."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import platform
 import subprocess
 import time
@@ -41,6 +43,23 @@ def source_commit() -> tuple[str | None, bool | None]:
     return commit_of(Path(vqwae.__file__).resolve().parent)
 
 
+def digest_of(package: Path) -> str:
+    """The first 16 hex digits of the SHA-256 of every ``*.py`` file under ``package`` (their paths relative to it,
+    sorted, and their bytes): equal for the same code wherever it lies, different after any edit of it."""
+    h = hashlib.sha256()
+    for f in sorted(package.rglob("*.py")):
+        data = f.read_bytes()
+        h.update(f"{f.relative_to(package).as_posix()}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+    """``digest_of`` the vqwae package this process imported. Read once per process."""
+    return digest_of(Path(vqwae.__file__).resolve().parent)
+
+
 def describe_device(device: torch.device) -> str:
     """"cuda: NVIDIA H100 ..." or "cpu: N threads, x86_64, AVX512" (the processor's model, not the host's name; on
     the CPU the vector instructions torch's kernels use: one command ran on two machines of one kind can give
@@ -57,5 +76,5 @@ def provenance(event: str, device: torch.device, **extra) -> dict:
     """One line of a run's provenance log: ``event`` ("train", "eval", ...), when, with what code and on what."""
     commit, dirty = source_commit()
     return {"event": event, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": commit,
-            "uncommitted_changes": dirty, "vqwae": vqwae.__version__, "torch": torch.__version__,
-            "python": platform.python_version(), "device": describe_device(device), **extra}
+            "uncommitted_changes": dirty, "source_digest": source_digest(), "vqwae": vqwae.__version__,
+            "torch": torch.__version__, "python": platform.python_version(), "device": describe_device(device), **extra}
