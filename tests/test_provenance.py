@@ -66,4 +66,8 @@ def test_the_digest_names_the_code_wherever_it_lies(tmp_path):
     (b / "sub" / "m.py").write_text("y = 2\n")
     (b / "sub" / "m.py").rename(b / "sub" / "n.py")
     assert digest_of(a) != digest_of(b)
+    (b / "sub" / "n.py").rename(b / "sub" / "m.py")
+    assert digest_of(a) == digest_of(b)
+    (b / "extra.py").write_text("")
+    assert digest_of(a) != digest_of(b)
     assert provenance("eval", torch.device("cpu"))["source_digest"] == source_digest()

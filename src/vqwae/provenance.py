@@ -22,6 +22,10 @@ import vqwae
 NOT_CODE = (":(top,exclude)docs", ":(top,exclude,glob)**/*.md", ":(top,exclude)benchmarks/results")
 
 
+#: The vqwae package this process imported (a checkout's src/vqwae, an installed copy, or a copy on PYTHONPATH)
+PACKAGE = Path(vqwae.__file__).resolve().parent
+
+
 def commit_of(path: Path) -> tuple[str | None, bool | None]:
     """(the commit of the git checkout holding ``path``, whether its tracked files other than ``NOT_CODE`` differ
     from it), or (None, None) outside a git checkout or without git."""
@@ -40,7 +44,7 @@ def commit_of(path: Path) -> tuple[str | None, bool | None]:
 def source_commit() -> tuple[str | None, bool | None]:
     """``commit_of`` the checkout vqwae is imported from: (None, None) for an installed copy. Read once per
     process."""
-    return commit_of(Path(vqwae.__file__).resolve().parent)
+    return commit_of(PACKAGE)
 
 
 def digest_of(package: Path) -> str:
@@ -57,7 +61,7 @@ def digest_of(package: Path) -> str:
 @functools.lru_cache(maxsize=1)
 def source_digest() -> str:
     """``digest_of`` the vqwae package this process imported. Read once per process."""
-    return digest_of(Path(vqwae.__file__).resolve().parent)
+    return digest_of(PACKAGE)
 
 
 def describe_device(device: torch.device) -> str:
