@@ -265,12 +265,12 @@ def test_pull_scales_only_the_ws_gradient_on_the_latents():
     assert torch.allclose(b1, b2) and torch.equal(c1, c2)
 
 
-@pytest.mark.parametrize("images, codes, expected", [(32, 64, 1.0), (16, 64, 1.0), (8, 64, 0.1 ** 0.5),
-                                                     (4, 64, 0.1), (1, 256, 0.1)])
+@pytest.mark.parametrize("images, codes, expected", [(32, 64, 1.0), (16, 64, 1.0), (8, 256, 0.02 ** 0.6),
+                                                     (2, 256, 0.02), (1, 256, 0.02)])
 def test_pull_none_follows_the_latents_per_code(images, codes, expected):
-    """pull=None (an option, not the default): from the step's latents per code r (16 latents per image here): 1 from
-    r = 4, 0.1 from r = 1 down, log-log straight between (r = 2: 10^-1/2), and the WS gradient on the latents is that
-    of the same explicit pull."""
+    """pull=None: from the step's latents per code r (16 latents per image here): 1 from r = 4, 0.02 from r = 1/8
+    down, log-log straight between (r = 1/2, three fifths of the way down in log r: 0.02^0.6), and the WS gradient on the
+    latents is that of the same explicit pull."""
     from vqwae.quantizers.wasserstein_options import latents_per_code_pull
 
     assert latents_per_code_pull(16 * images, codes) == pytest.approx(expected)

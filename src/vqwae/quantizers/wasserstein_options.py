@@ -39,8 +39,9 @@ def default_kl_weight(shared: bool) -> float:
     return 0.01 if shared else 1.0
 
 
-#: latents_per_code_pull (pull=None): the full pull from this many latents per code in a training step, a tenth from one
-PULL_FULL_FROM, PULL_FLOOR = 4.0, 0.1
+#: latents_per_code_pull (pull=None): the full pull from PULL_FULL_FROM latents per code in a training step, PULL_FLOOR
+#: from PULL_FLOOR_FROM down (one latent per eight codes: 2,048 latents at K = 16,384)
+PULL_FULL_FROM, PULL_FLOOR, PULL_FLOOR_FROM = 4.0, 0.02, 0.125
 
 
 def latents_per_code_pull(latents: int | torch.Tensor, num_codes: int) -> float | torch.Tensor:
@@ -53,7 +54,8 @@ def latents_per_code_pull(latents: int | torch.Tensor, num_codes: int) -> float 
     paper's network (+46% / +89% on two seeds at K = 2,048, docs/lab/40-47.md#pull-per-latents): an option, not the
     default. ``latents``
     may be a tensor (a mask's count, on the device: no host read), and so is the pull then."""
-    pull = (latents / max(num_codes, 1) / PULL_FULL_FROM) ** (math.log(1 / PULL_FLOOR) / math.log(PULL_FULL_FROM))
+    slope = math.log(1 / PULL_FLOOR) / math.log(PULL_FULL_FROM / PULL_FLOOR_FROM)
+    pull = (latents / max(num_codes, 1) / PULL_FULL_FROM) ** slope
     if hasattr(pull, "clamp"):  # a tensor (torch is not imported here: the command line's help reads this module)
         return pull.clamp(PULL_FLOOR, 1.0)
     return min(1.0, max(PULL_FLOOR, pull))
