@@ -285,6 +285,27 @@ def test_pull_none_follows_the_latents_per_code(images, codes, expected):
     assert grads[0].abs().sum() > 0 and torch.allclose(grads[0], grads[1], rtol=1e-6, atol=0)
 
 
+def test_pull_none_counts_the_latents_of_every_rank_under_ddp(monkeypatch):
+    """Under DDP with per-rank batches the codebook's update sees every rank's latents, so the rule reads this rank's
+    count times the world size (no collective): 64 latents at K = 256 pull at r = 1/4 alone and at r = 4 (full) as
+    one rank of 16."""
+    import torch.distributed as dist
+    from vqwae.quantizers.wasserstein_options import latents_per_code_pull
+
+    q = WassersteinQuantizer(num_codes=256, dim=4, channel_last=True)  # pull=None, the default
+    flat = torch.randn(4, 16, 4)
+
+    def pulled():
+        z = flat.clone().requires_grad_(True)
+        q._pulled(z, None).sum().backward()
+        return z.grad.unique().item()
+
+    assert pulled() == pytest.approx(latents_per_code_pull(64, 256)) and pulled() < 0.05
+    monkeypatch.setattr(q.solver, "per_rank_batches", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: 16)
+    assert pulled() == 1.0
+
+
 def test_with_a_fixed_pi_the_quantizer_is_scale_equivariant():
     """Latents c times larger (a host whose encoder ends c times larger) give the same codes, a codebook c times
     larger and a WS gradient on the latents c times larger, at every step of training (data start, potential,

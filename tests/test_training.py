@@ -197,12 +197,17 @@ def test_saved_configs_that_predate_an_option_keep_the_behaviour_they_were_train
         assert torch.equal(v, loaded.state_dict()[k]), k
 
 
-def test_the_latents_per_code_pull_is_its_own_run_and_the_presets_pin_the_full_pull():
-    # pull=None is another option value, so another run, also where its rule gives 1 (K = 512, 32 x 8 x 8 latents)
-    for k in (512, 8192):
-        assert TrainConfig.resolve(num_codes=k).replace(pull=None).identity() != TrainConfig.resolve(num_codes=k).identity()
-    assert TrainConfig.resolve().quantizer.vqwae.pull == 1.0
-    assert TrainConfig.resolve(preset="paper").quantizer.vqwae.pull == 1.0  # the authors' full pull, pinned
+def test_the_latents_per_code_pull_keeps_the_full_pulls_identity_where_it_gives_one_and_the_presets_pin_it():
+    # the default pull=None trains as pull=1 where every step brings 4 latents a code (32 x 8 x 8 latents at K <= 512):
+    # the same run, the same cache key as the runs made before it was the default; at K = 8,192 (r = 1/4) another run
+    for k, same in ((64, True), (512, True), (1024, False), (8192, False)):
+        cfg = TrainConfig.resolve(num_codes=k)
+        assert cfg.quantizer.vqwae.pull is None
+        assert (cfg.identity() == cfg.replace(pull=1.0).identity()) == same, k
+    assert (TrainConfig.resolve(num_codes=512, batch_size=16).identity()
+            != TrainConfig.resolve(num_codes=512, batch_size=16, pull=1.0).identity())  # r = 2: pull 0.46
+    for preset in ("paper", "paper-fast", "ffhq"):  # the authors' full pull, pinned
+        assert TrainConfig.resolve(preset=preset).quantizer.vqwae.pull == 1.0
 
 
 def test_cli_train_and_errors(tmp_path):

@@ -31,6 +31,7 @@ start, the KL's mean reduction) are ``PaperWassersteinQuantizer`` (``vqwae.quant
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from vqwae.fused import fused_update
@@ -172,10 +173,13 @@ class WassersteinQuantizer(WassersteinBase):
 
     def _pulled(self, flat: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
         """The latents handed to the WS term: their value, their gradient x ``pull`` (with pull=None
-        ``latents_per_code_pull`` of this step's real latents, counted on the device)."""
+        ``latents_per_code_pull`` of this step's real latents, counted on the device; under DDP those of every rank,
+        which the codebook's update sees: this rank's count x the world size, no collective)."""
         pull = self.config.pull
         if pull is None:
             real = flat.numel() // flat.shape[-1] if keep is None else keep.sum()
+            if self.solver.per_rank_batches():
+                real = real * dist.get_world_size()
             pull = latents_per_code_pull(real, self.num_codes)
         return scale_gradient(flat, pull)
 

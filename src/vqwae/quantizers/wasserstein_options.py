@@ -45,20 +45,18 @@ PULL_FULL_FROM, PULL_FLOOR, PULL_FLOOR_FROM = 4.0, 0.02, 0.125
 
 
 def latents_per_code_pull(latents: int | torch.Tensor, num_codes: int) -> float | torch.Tensor:
-    """The pull of ``pull=None``, from r = n / K, the real latents a training step hands the quantizer per code:
-    1 (the full WS gradient) from r = 4, as at K = 512 with 32 images of 64 positions, where a lighter pull helped
-    some host networks and cost others (docs/lab/17-29.md#single-quantizer-pull, docs/lab/40-47.md#pull-per-latents);
-    0.1 from r = 1 down; in between (r / 4)^(log 10 /
-    log 4), straight on a log-log scale (K = 1,024 with 2,048 latents: 0.32). At r <= 1, 0.1 reconstructed CIFAR-10
-    better than the full pull in two networks (-13% to -26%) and level in the paper's, but MNIST worse in the
-    paper's network (+46% / +89% on two seeds at K = 2,048, docs/lab/40-47.md#pull-per-latents): an option, not the
-    default. ``latents``
+    """The pull of ``pull=None`` (the default), from r = n / K, the real latents a training step hands the codebook per
+    code: 1 (the full WS gradient) from r = 4, as at K = 512 with 32 images of 64 positions, where a lighter pull
+    helped some host networks and cost others (docs/lab/17-29.md#single-quantizer-pull); 0.02 from r = 1/8 down
+    (K = 16,384 with 2,048 latents), where it was below the full pull in every paired run on today's code (median
+    -17% at 1,000 steps, 6 runs; -31% at 3,000, 2 runs; docs/lab/48-.md#pull-rule); in between a straight line on a
+    log-log scale (K = 2,048 with 2,048 latents: 0.21), measured at r = 1 and 1/4 in the same lab entry. ``latents``
     may be a tensor (a mask's count, on the device: no host read), and so is the pull then."""
     slope = math.log(1 / PULL_FLOOR) / math.log(PULL_FULL_FROM / PULL_FLOOR_FROM)
     pull = (latents / max(num_codes, 1) / PULL_FULL_FROM) ** slope
-    if hasattr(pull, "clamp"):  # a tensor (torch is not imported here: the command line's help reads this module)
-        return pull.clamp(PULL_FLOOR, 1.0)
-    return min(1.0, max(PULL_FLOOR, pull))
+    if isinstance(latents, (int, float)):  # a count (under torch.compile's dynamic shapes a symbolic int, which
+        return min(1.0, max(PULL_FLOOR, pull))  # Dynamo takes as an int here)
+    return pull.clamp(PULL_FLOOR, 1.0)  # a tensor (torch is not imported here: the command line's help reads this module)
 
 
 @dataclass(frozen=True)
@@ -85,11 +83,11 @@ class _SharedOptions:
 class WassersteinOptions(_SharedOptions):
     """The product quantizer's method options (its config adds the codebook's shape and ``num_positions``)."""
 
-    pull: float | None = option(1.0, "vqwae: the scale of the gradient the WS term sends to the latents (the "
+    pull: float | None = option(None, "vqwae: the scale of the gradient the WS term sends to the latents (the "
                                 "encoder's pull toward the codes; the codebook and pi learn at full weight); None: "
-                                "from the step's latents per code r = n / K, 1 from r = 4, 0.1 from r = 1 down "
-                                "(better on CIFAR-10 at K >= 2,048, worse on MNIST: "
-                                "docs/lab/40-47.md#pull-per-latents; not the default)", min=0, max=1)
+                                "from the step's latents per code r = n / K (all ranks'), 1 from r = 4 (K = 512 with "
+                                "32 x 8 x 8 latents), 0.02 from r = 1/8 down (K = 16,384), log-log between "
+                                "(docs/lab/48-.md#pull-rule)", min=0, max=1)
     codebook_decay: float = option(0.99, "vqwae: EMA decay of the transported counts and sums that place each code",
                                    min=0, below=1)
     split_unused: float = option(0.0, "vqwae, learned pi: a code that is the nearest code of less than this fraction "
@@ -211,7 +209,8 @@ class VQWAEOptions(PaperOptions, WassersteinOptions):
                              f"solver={self.solver!r}")
         # each option belongs to one of the two quantizers: set away from its default on the other, it is an error
         others = PRODUCT_FORMS if self.product else _PRODUCT_ONLY
-        wrong = {k: getattr(self, k) for k, v in others.items() if k != "codebook_update" and getattr(self, k) != v}
+        wrong = {k: getattr(self, k) for k, v in others.items() if k != "codebook_update" and getattr(self, k) != v
+                 and not (k == "pull" and getattr(self, k) == 1)}  # the paper's quantizer pulls at full weight
         if wrong:
             name, value = next(iter(wrong.items()))
             owner, other = (("the paper's quantizer", "gradient") if self.product else ("WassersteinQuantizer",

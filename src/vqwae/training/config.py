@@ -33,7 +33,7 @@ from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOpti
 from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT
 from vqwae.quantizers.vector_options import VectorConfig, VectorOptions
 from vqwae.ot.catalog import authors_dual_epsilon
-from vqwae.quantizers.wasserstein_options import RETIRED, VQWAEOptions
+from vqwae.quantizers.wasserstein_options import RETIRED, VQWAEOptions, latents_per_code_pull
 from vqwae.training.adversarial_options import AdversarialOptions
 from vqwae.training.config_file import flatten_paths, load_config_file
 
@@ -210,10 +210,20 @@ class TrainConfig:
             paths.append(("quantizer", "shared_pi"))  # VQ-WAE's pi: no other method has one
         options = getattr(self.quantizer, self.model)
         paths += [("quantizer", self.model, k) for k in (options.unread() if hasattr(options, "unread") else ())]
+        if self.model == "vqwae" and options.product and options.pull is None and self._full_pull():
+            paths.append(("quantizer", "vqwae", "pull"))  # trains as pull=1 does: that run's identity
         paths += [("network", k) for k in self.network.unread()]
         if self.network.arch != "vqgan":
             paths.append(("gan",))
         return tuple(paths)
+
+    def _full_pull(self) -> bool:
+        """Whether ``pull=None`` gives this run the full pull at every step, so that it trains as ``pull=1`` does:
+        one process's batch at the fewest latent positions its network can have (8 x 8 for the paper's networks;
+        VQGAN's from the image size, none when that is not set) brings at least PULL_FULL_FROM latents a code."""
+        net, batch = self.network, self.optim.batch_size
+        side = 8 if net.arch != "vqgan" else (self.data.image_size or 0) // 2 ** (len(net.ch_mult.split(",")) - 1)
+        return latents_per_code_pull(batch * side * side, self.quantizer.num_codes) == 1
 
     @property
     def transport_fit_steps(self) -> int:
