@@ -195,6 +195,24 @@ def test_saved_configs_that_predate_an_option_keep_the_behaviour_they_were_train
     assert loaded.quantizer.kind == "paper-wasserstein" and loaded.quantizer.embedding.requires_grad
     for k, v in model.state_dict().items():
         assert torch.equal(v, loaded.state_dict()[k]), k
+    # a VQ-WAE config saved before the pull existed (formats 1 and 2) trained at the full pull, not today's rule
+    flat = TrainConfig.resolve(num_codes=16384).to_flat()
+    del flat["pull"]
+    (tmp_path / "config.json").write_text(json.dumps(flat))
+    assert read_config(tmp_path).quantizer.vqwae.pull == 1.0
+    nested = TrainConfig.resolve(num_codes=16384).to_dict()
+    nested["format_version"] = 2
+    del nested["quantizer"]["vqwae"]["pull"]
+    (tmp_path / "config.json").write_text(json.dumps(nested))
+    assert read_config(tmp_path).quantizer.vqwae.pull == 1.0
+    assert TrainConfig.resolve(num_codes=16384).quantizer.vqwae.pull is None  # new runs get the rule
+    model = VQAutoencoder.from_config(NetworkConfig(in_channels=1), "wasserstein", num_codes=64)
+    model.save_pretrained(tmp_path / "w")
+    cfg = json.loads((tmp_path / "w" / "model_config.json").read_text())
+    del cfg["quantizer"]["pull"]
+    cfg["format_version"] = 2
+    (tmp_path / "w" / "model_config.json").write_text(json.dumps(cfg))
+    assert VQAutoencoder.from_pretrained(tmp_path / "w").quantizer.config.pull == 1.0
 
 
 def test_the_latents_per_code_pull_keeps_the_full_pulls_identity_where_it_gives_one_and_the_presets_pin_it():

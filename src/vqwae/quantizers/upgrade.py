@@ -14,6 +14,9 @@ import dataclasses
 # What a format-1 saved config (written before format versions, 2026-11-23) leaves out, with the value that run
 # was trained with: options added later whose new default differs from the behaviour before them.
 _FORMAT_1_IMPLICIT = {"wasserstein": {"codebook_update": "gradient", "pi_floor": 0.0}}
+#: A VQ-WAE config of format 1 or 2 without ``pull`` was saved before the option existed (2026-11-27; every later file
+#: names it): it trained at the full pull, where today's default (None) follows the latents per code.
+PULL_BEFORE_THE_OPTION = 1.0
 
 
 def upgrade_quantizer_config(kind: str, values: dict, version: int) -> tuple[str, dict]:
@@ -26,6 +29,7 @@ def upgrade_quantizer_config(kind: str, values: dict, version: int) -> tuple[str
         values = {**_FORMAT_1_IMPLICIT.get(kind, {}), **values}
     if kind != "wasserstein" or version >= 3:
         return kind, values
+    values.setdefault("pull", PULL_BEFORE_THE_OPTION)
     if values.get("pi_floor", 0.0):
         raise ValueError(f"this model was trained with pi_floor={values['pi_floor']}, an option vqwae removed "
                          "(issue #56): load it with vqwae 0.1 at commit c3f1090")

@@ -30,7 +30,7 @@ from vqwae.options import (SCHEDULE, SEED_MAX, WHERE, check_fields, find_leaf, f
                            to_flat, to_nested)
 from vqwae.quantizers.shape import CodebookShape
 from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions, initial_log_var
-from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT
+from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT, PULL_BEFORE_THE_OPTION
 from vqwae.quantizers.vector_options import VectorConfig, VectorOptions
 from vqwae.ot.catalog import authors_dual_epsilon
 from vqwae.quantizers.wasserstein_options import RETIRED, VQWAEOptions, latents_per_code_pull
@@ -294,6 +294,9 @@ class TrainConfig:
         else:
             raise ValueError(f"config.json's format_version must be an integer from 1 to {FORMAT_VERSION}, got "
                              f"{version!r}")
+        if version < 3 and flat.get("model", "vqwae") == "vqwae" and not any(k.rsplit(".", 1)[-1] == "pull"
+                                                                           for k in flat):
+            flat["pull"] = PULL_BEFORE_THE_OPTION  # saved before the option: the full pull
         return from_flat(cls, _without_retired(flat), where="config.json")
 
     def to_dict(self) -> dict:
