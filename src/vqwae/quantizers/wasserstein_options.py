@@ -42,6 +42,8 @@ def default_kl_weight(shared: bool) -> float:
 #: latents_per_code_pull (pull=None): the full pull from PULL_FULL_FROM latents per code in a training step, PULL_FLOOR
 #: from PULL_FLOOR_FROM down (one latent per eight codes: 2,048 latents at K = 16,384)
 PULL_FULL_FROM, PULL_FLOOR, PULL_FLOOR_FROM = 4.0, 0.02, 0.125
+#: the line's slope on a log-log scale (computed once: the rule runs at every training step)
+_PULL_SLOPE = math.log(1 / PULL_FLOOR) / math.log(PULL_FULL_FROM / PULL_FLOOR_FROM)
 
 
 def latents_per_code_pull(latents: int | torch.Tensor, num_codes: int) -> float | torch.Tensor:
@@ -52,8 +54,7 @@ def latents_per_code_pull(latents: int | torch.Tensor, num_codes: int) -> float 
     -17% at 1,000 steps, 6 runs; -31% at 3,000, 2 runs; docs/lab/48-.md#pull-rule); in between a straight line on a
     log-log scale (K = 2,048 with 2,048 latents: 0.21), measured at r = 1 and 1/4 in the same lab entry. ``latents``
     may be a tensor (a mask's count, on the device: no host read), and so is the pull then."""
-    slope = math.log(1 / PULL_FLOOR) / math.log(PULL_FULL_FROM / PULL_FLOOR_FROM)
-    pull = (latents / max(num_codes, 1) / PULL_FULL_FROM) ** slope
+    pull = (latents / max(num_codes, 1) / PULL_FULL_FROM) ** _PULL_SLOPE
     if isinstance(latents, (int, float)):  # a count (under torch.compile's dynamic shapes a symbolic int, which
         return min(1.0, max(PULL_FLOOR, pull))  # Dynamo takes as an int here)
     return pull.clamp(PULL_FLOOR, 1.0)  # a tensor (torch is not imported here: the command line's help reads this module)

@@ -219,11 +219,14 @@ class TrainConfig:
 
     def _full_pull(self) -> bool:
         """Whether ``pull=None`` gives this run the full pull at every step, so that it trains as ``pull=1`` does:
-        one process's batch at the fewest latent positions its network can have (8 x 8 for the paper's networks;
-        VQGAN's from the image size, none when that is not set) brings at least PULL_FULL_FROM latents a code."""
-        net, batch = self.network, self.optim.batch_size
-        side = 8 if net.arch != "vqgan" else (self.data.image_size or 0) // 2 ** (len(net.ch_mult.split(",")) - 1)
-        return latents_per_code_pull(batch * side * side, self.quantizer.num_codes) == 1
+        one process's batch at the fewest latent positions its network can have (the paper's networks: 32x32 images;
+        VQGAN's: its image size, and no full pull assumed when that is not set) brings at least PULL_FULL_FROM latents
+        a code."""
+        size = self.data.image_size if self.network.arch == "vqgan" else 32
+        if size is None:
+            return False
+        side = self.network_config(1, size).latent_side(size)
+        return latents_per_code_pull(self.optim.batch_size * side * side, self.quantizer.num_codes) == 1
 
     @property
     def transport_fit_steps(self) -> int:
