@@ -141,6 +141,39 @@ def test_plan_lists_the_runs_and_where_they_stand(smoke, tmp_path):
         assert f" {level:6}digits/vqwae[preset=default]  <- codebook-size" in r.output, r.output
 
 
+def test_a_report_can_open_with_a_longer_budget_where_its_rows_are_heading(smoke, tmp_path, monkeypatch):
+    """``--lead``: the longer budget's reconstruction table and learning curves come first, trained in OUT/<lead>;
+    then the summary, whose every claim names the budget it was judged at; then the report's own sections."""
+    import dataclasses
+    import shutil
+
+    from vqwae.reproduce import reproduce
+    from vqwae.reproduce.grid import BUDGETS as budgets
+
+    longer = dataclasses.replace(budgets["smoke"], name="smoke-long", epochs=2, max_steps=3, fid=False, lpips=False,
+                                 resolution="native")
+    monkeypatch.setitem(budgets, "smoke-long", longer)
+    records = shutil.copytree(smoke[0].parent / "records", tmp_path / "records")  # the smoke budget's runs, done
+    md = reproduce(["recon"], ["digits"], "smoke", tmp_path / "rep", lead="smoke-long", records=records,
+                   device="cpu").read_text()
+    headings = [line for line in md.splitlines() if line.startswith("## ")]
+    assert headings[:4] == ["## Reconstruction (budget `smoke-long`)", "## Learning curves (budget `smoke-long`)",
+                            "## Summary: the paper's claims", "## Reconstruction (budget `smoke`)"], headings
+    assert md.index("opens with the `smoke-long` budget") < md.index("## Reconstruction")
+    summary = md[md.index("## Summary"):md.index("## Reconstruction (budget `smoke`)")]
+    perplexity = [row for row in summary.splitlines() if "digits: VQ-WAE has the highest codebook perplexity" in row]
+    assert sorted(row.split(" | ")[1] for row in perplexity) == ["`smoke-long`", "`smoke`"], perplexity
+    from vqwae.reproduce.runner import run_dir_for
+
+    for spec in runs_for("recon", "digits", longer):  # trained at the lead's steps, in OUT/<lead>
+        run = run_dir_for(tmp_path / "rep" / "smoke-long", spec, spec.config_values(longer, None))
+        assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 3, run
+    assert "smoke-long/figures/learning_curves_digits.png" in md
+    for bad, why in (("smoke", "the report's own budget"), ("huge", "unknown budget 'huge'")):
+        with pytest.raises(ValueError, match=why):
+            reproduce(["recon"], ["digits"], "smoke", tmp_path / "x", lead=bad)
+
+
 def test_a_record_without_what_the_report_needs_is_trained_again(tmp_path):
     from vqwae.reproduce.runner import ensure_run, run_dir_for, run_status
     from vqwae.runs import layout

@@ -30,6 +30,8 @@ def reproduce_command(
     records: Path | None = Opt(None, help="Folder of run records (each finished run's config, metrics and "
                                           "evaluation, no weights): start from those found there and save every "
                                           "finished run's record to it, to build a report over several sessions."),
+    lead: str | None = Opt(None, help="A longer budget (e.g. long) whose reconstruction table and learning curves "
+                                         "open the report, where the rows are heading; its runs go in OUT/<lead>."),
     plan: bool = Opt(False, "--plan", help="Only list the runs (where each stands, the evaluation it needs, the "
                                            "experiments it serves) and stop."),
 ) -> None:
@@ -47,7 +49,7 @@ def reproduce_command(
         with threads_on(dev, threads):
             md = reproduce([e.strip() for e in experiment.split(",")], names,
                            budget, out, data_root=data_root, jobs=jobs, device=device, threads=threads,
-                           inception_weights=inception_weights, lpips_weights=lpips_weights, records=records, plan=plan,
+                           inception_weights=inception_weights, lpips_weights=lpips_weights, records=records, plan=plan, lead=lead,
                            command="vqwae " + " ".join(sys.argv[1:]))
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         fail(str(e))

@@ -24,6 +24,7 @@ from vqwae.training.config import PRESETS
 
 EXPERIMENTS = ("recon", "curves", "codebook-size", "pi-init", "lambda", "probe", "generation", "controllability",
                "tsne", "ffhq")
+LEAD_EXPERIMENTS = ("recon", "curves")  # what a report's lead budget shows first (``--lead``): where the rows are heading
 # The reconstruction and downstream tables' rows: key -> (method, the TrainConfig options it sets, preset included).
 # "vqvae" is VQ-VAE as the authors' code trains it (its N(0, 1) codebook); "vqvae-uniform" the strongest VQ-VAE
 # start measured, the uniform (-1/K, 1/K) of the public VQ-VAE code the authors' network comes from

@@ -21,7 +21,7 @@ from vqwae.data import load_split
 from vqwae.metrics.lpips import resolve_lpips_weights
 from vqwae.reproduce import records as run_records
 from vqwae.reproduce.grid import (BUDGETS, DOWNSTREAM_KEYS, EVAL_LEVELS, EXPERIMENTS, FFHQ_MODELS, FFHQ_STAND_IN,
-                                  PAPER_DATASETS,
+                                  LEAD_EXPERIMENTS, PAPER_DATASETS,
                                   Budget, RunSpec, eval_level, ffhq_spec, runs_for)
 from vqwae.reproduce.claims import SUMMARY_COLUMNS
 from vqwae.reproduce.report import Section, claims_summary, write_report
@@ -35,13 +35,18 @@ from vqwae.reproduce.runner import ensure_runs, run_status
 def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Path, *, data_root: str | None = None,
               jobs: int = 1, device: str = "auto", inception_weights: str | None = None,
               lpips_weights: str | None = None, command: str = "", threads: int | None = None,
-              records: Path | None = None, plan: bool = False) -> Path | None:
+              records: Path | None = None, plan: bool = False, lead: str | None = None) -> Path | None:
     """Train, evaluate and analyse what ``experiments`` need on ``datasets`` at ``budget``; write OUT/REPORT.md.
     ``records``: a folder of run records to start from and to save every finished run's record to
     (``reproduce.records``), so the report can be built over several sessions. ``plan``: only print the runs
-    (what each is for, the evaluation it needs, where it stands) and return None."""
-    if budget not in BUDGETS:
-        raise ValueError(f"unknown budget {budget!r}; valid: {', '.join(BUDGETS)}")
+    (what each is for, the evaluation it needs, where it stands) and return None. ``lead``: a longer budget whose
+    reconstruction table and learning curves (``LEAD_EXPERIMENTS``) open the report, where its rows are heading;
+    its runs live in OUT/<lead> and are trained (or restored, or found) like this budget's."""
+    for name in (budget, lead):
+        if name is not None and name not in BUDGETS:
+            raise ValueError(f"unknown budget {name!r}; valid: {', '.join(BUDGETS)}")
+    if lead == budget:
+        raise ValueError(f"--lead {lead}: the report's own budget; the lead is another (longer) budget")
     if experiments == ["all"]:
         experiments = list(EXPERIMENTS)
     for e in experiments:
@@ -51,40 +56,20 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
     out = Path(out)
     t0 = time.perf_counter()
     available, not_run = _available(datasets, data_root)
-    serves = _serves(experiments, available, b)  # run -> the experiments that read it
     ffhq = _ffhq_data(b, data_root, lpips_weights) if "ffhq" in experiments else (None, "")
-    if ffhq[0] is not None:
-        for m in FFHQ_MODELS:
-            serves.setdefault(ffhq_spec(ffhq[0], m, b), []).append("ffhq")
-    # A record has no weights: with records, evaluate each run for every experiment that will ever read it, so a
-    # later invocation with other experiments restores it instead of training it again.
-    readers = serves if records is None else _serves(EXPERIMENTS, available, b)
-    levels = {s: eval_level(readers.get(s, es), b) for s, es in serves.items()}
-    downstream = {s: [DOWNSTREAM_KEYS[e] for e in es if e in DOWNSTREAM_KEYS] for s, es in serves.items()}
-    restored = 0
+    parts = [(experiments, b, out)] + ([(list(LEAD_EXPERIMENTS), BUDGETS[lead], out / lead)] if lead else [])
     if plan:
         for d, why in not_run:  # say why a requested dataset has no runs (it would be "Datasets not run")
             print(f"not run: {d}: {why}")
         if "ffhq" in experiments and ffhq[0] is None:
             print(f"not run: ffhq: {ffhq[1]}")
-        _print_plan(serves, levels, b, out, data_root, records)
+        for exps, bud, where in parts:
+            _print_plan(*_needs(exps, available, bud, ffhq, records)[:2], bud, where, data_root, records)
         return None
-    if records is not None:
-        restored = run_records.restore(Path(records), out)
-        print(f"[reproduce] {restored} run record(s) restored from {records}", flush=True)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    results = ensure_runs(out, list(serves), b, data_root, jobs=jobs, device=device, levels=levels,
-                          downstream=downstream, records=records, inception_weights=inception_weights,
-                          lpips_weights=lpips_weights, threads=threads)
-    sections = []
-    for i, e in enumerate(experiments, 1):
-        print(f"[reproduce] analysis {i}/{len(experiments)}: {e} ({ffhq[0] or 'not run'})" if e == "ffhq" else
-              f"[reproduce] analysis {i}/{len(experiments)}: {e} ({', '.join(available)})", flush=True)
-        sections.append(ANALYSES[e](available, results, b, out, device=device, inception_weights=inception_weights,
-                                    ffhq=ffhq, data_root=data_root))
-        if records is not None and e in DOWNSTREAM_KEYS:  # it added its results to the runs' eval.json: keep
-            for r in results.values():                     # them now, not only when every analysis is done
-                run_records.save(Path(r["run_dir"]), Path(records))
+    kwargs = dict(data_root=data_root, jobs=jobs, device=device, inception_weights=inception_weights,
+                  lpips_weights=lpips_weights, threads=threads, records=records, ffhq=ffhq)
+    built = [_build(exps, available, bud, where, **kwargs) for exps, bud, where in parts]
+    sections, results, restored = built[0]
     skipped = not_run + [(d, "not requested (--datasets)") for d in PAPER_DATASETS if d not in datasets]
     if skipped:
         sections.append(Section("Datasets not run", "all tables", ["dataset", "reason"],
@@ -103,12 +88,61 @@ def reproduce(experiments: list[str], datasets: list[str], budget: str, out: Pat
         f"Command: `{_without_machine_paths(command or ' '.join(sys.argv))}`",
         _training_note(results, jobs, threads, restored, records),
     ]
-    sections.insert(0, claims_summary(sections, SUMMARY_COLUMNS))
-    md, _ = write_report(out, "VQ-WAE reproduction report", preamble, sections)
+    leading: list[Section] = []
+    if lead:  # the longer budget's sections open the report; the summary holds both budgets' claims
+        leading, lead_results, lead_restored = built[1]
+        preamble[0:0] = [f"This report opens with the `{lead}` budget, where each row is heading: "
+                         f"{BUDGETS[lead].description}. The `{b.name}` budget's claims and tables follow; the summary "
+                         "names the budget each claim was judged at."]
+        preamble.append(f"At the `{lead}` budget: "
+                        + _training_note(lead_results, jobs, threads, lead_restored, records))
+    summary = claims_summary(leading + sections, SUMMARY_COLUMNS)
+    md, _ = write_report(out, "VQ-WAE reproduction report", preamble, leading + [summary] + sections)
     # each run's results; trained_now describes this invocation, not the run
     runs = {s.label: {k: v for k, v in r.items() if k != "trained_now"} for s, r in results.items()}
     atomic_write_text(out / "results.json", json.dumps(runs, indent=2, default=str))
     return md
+
+
+def _needs(experiments, available, b: Budget, ffhq, records):
+    """The runs ``experiments`` read at ``b``: ({run: experiments}, {run: evaluation level}, {run: downstream keys})."""
+    serves = _serves(experiments, available, b)  # run -> the experiments that read it
+    if ffhq[0] is not None and "ffhq" in experiments:
+        for m in FFHQ_MODELS:
+            serves.setdefault(ffhq_spec(ffhq[0], m, b), []).append("ffhq")
+    # A record has no weights: with records, evaluate each run for every experiment that will ever read it, so a
+    # later invocation with other experiments restores it instead of training it again.
+    readers = serves if records is None else _serves(EXPERIMENTS, available, b)
+    levels = {s: eval_level(readers.get(s, es), b) for s, es in serves.items()}
+    downstream = {s: [DOWNSTREAM_KEYS[e] for e in es if e in DOWNSTREAM_KEYS] for s, es in serves.items()}
+    return serves, levels, downstream
+
+
+def _build(experiments, available, b: Budget, out: Path, *, data_root, jobs, device, inception_weights, lpips_weights,
+           threads, records, ffhq) -> tuple[list[Section], dict, int]:
+    """The runs ``experiments`` need at ``b`` in ``out``, trained or restored, and their sections:
+    (sections, {run: result}, records restored)."""
+    serves, levels, downstream = _needs(experiments, available, b, ffhq, records)
+    restored = 0
+    if records is not None:
+        restored = run_records.restore(Path(records), out)
+        print(f"[reproduce] {restored} run record(s) restored from {records}", flush=True)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    results = ensure_runs(out, list(serves), b, data_root, jobs=jobs, device=device, levels=levels,
+                          downstream=downstream, records=records, inception_weights=inception_weights,
+                          lpips_weights=lpips_weights, threads=threads)
+    sections = []
+    for i, e in enumerate(experiments, 1):
+        print(f"[reproduce] analysis {i}/{len(experiments)}: {e} ({ffhq[0] or 'not run'})" if e == "ffhq" else
+              f"[reproduce] analysis {i}/{len(experiments)} at `{b.name}`: {e} ({', '.join(available)})", flush=True)
+        section = ANALYSES[e](available, results, b, out, device=device, inception_weights=inception_weights,
+                              ffhq=ffhq, data_root=data_root)
+        section.budget = b.name
+        sections.append(section)
+        if records is not None and e in DOWNSTREAM_KEYS:  # it added its results to the runs' eval.json: keep
+            for r in results.values():                     # them now, not only when every analysis is done
+                run_records.save(Path(r["run_dir"]), Path(records))
+    return sections, results, restored
 
 
 def _print_plan(serves: dict, levels: dict, b: Budget, out: Path, data_root: str | None, records) -> None:

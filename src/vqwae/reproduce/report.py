@@ -44,17 +44,23 @@ class Section:
     claims: list[Claim] = field(default_factory=list)
     figures: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    budget: str = ""  # the budget its runs were trained at (shown in its heading and beside each of its claims)
+
+    @property
+    def heading(self) -> str:
+        return self.title + (f" (budget `{self.budget}`)" if self.budget else "")
 
 
 def claims_summary(sections: list[Section], columns: dict[str, str]) -> Section:
     """The reader's summary: one row per claim (in the sections' order), one column per configuration it was
-    checked on (``columns``: config -> heading); "—" where a claim was not checked on that configuration."""
-    verdicts: dict[str, dict[str, Claim]] = {}
+    checked on (``columns``: config -> heading); "—" where a claim was not checked on that configuration. The
+    budget column says the budget each claim was judged at (a report leading with a longer budget has both)."""
+    verdicts: dict[tuple[str, str], dict[str, Claim]] = {}
     for s in sections:
         for c in s.claims:
-            verdicts.setdefault(f"{s.title}: {c.text}", {})[c.config] = c
-    rows = [[claim] + [v[config].verdict if config in v else "—" for config in columns]
-            for claim, v in verdicts.items()]
+            verdicts.setdefault((f"{s.title}: {c.text}", s.budget), {})[c.config] = c
+    rows = [[claim, f"`{budget}`" if budget else "—"] + [v[config].verdict if config in v else "—" for config in columns]
+            for (claim, budget), v in verdicts.items()]
 
     def count(config, keep) -> int:
         return sum(bool(keep(v[config])) for v in verdicts.values() if config in v)
@@ -65,7 +71,8 @@ def claims_summary(sections: list[Section], columns: dict[str, str]) -> Section:
         + ". \"Within noise\": the margin that decides the claim is smaller than the spread between two runs "
         "that differ only in their seed, so one run cannot tell; it counts as not holding. Each claim's numbers "
         "are in its section below."]
-    return Section("Summary: the paper's claims", "every table and figure below", ["claim", *columns.values()], rows,
+    return Section("Summary: the paper's claims", "every table and figure below", ["claim", "budget", *columns.values()],
+                   rows,
                    notes=notes)
 
 
@@ -81,7 +88,7 @@ def to_markdown(title: str, preamble: list[str], sections: list[Section], root: 
     out = [f"# {title}", ""]
     out += [p + "\n" for p in preamble]
     for s in sections:
-        out += [f"## {s.title}", "", f"*Paper: {s.source}*", ""]
+        out += [f"## {s.heading}", "", f"*Paper: {s.source}*", ""]
         if s.rows:
             out.append("| " + " | ".join(s.header) + " |")
             out.append("|" + "---|" * len(s.header))
@@ -107,7 +114,7 @@ def to_html(title: str, preamble: list[str], sections: list[Section]) -> str:
              f"<h1>{e(title)}</h1>"]
     parts += [f"<p>{e(p)}</p>" for p in preamble]
     for s in sections:
-        parts += [f"<h2>{e(s.title)}</h2>", f"<p><em>Paper: {e(s.source)}</em></p>"]
+        parts += [f"<h2>{e(s.heading)}</h2>", f"<p><em>Paper: {e(s.source)}</em></p>"]
         if s.rows:
             parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in s.header) + "</tr>")
             parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in s.rows]
