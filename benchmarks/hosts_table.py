@@ -20,6 +20,9 @@ lower (lab 52m, 52n).
 ``--metric l1`` shows the example host's test L1 (the error vector-quantize-pytorch's example reports) in place of
 the MSE.
 
+``--label OLD=NEW[,OLD=NEW]`` shows a quantizer under another name (after ``--models``), e.g. ``"pull 0.02=VQ-WAE"``
+for runs of a label whose value became the default (two files' labels for one quantizer then join in one row).
+
 ``--at STEP`` reads every run at that evaluation (runs that did not reach it are left out); the step-time column
 is then the whole run's.
 
@@ -65,6 +68,15 @@ def load(paths: list[Path], at: int | None = None, models: set[str] | None = Non
     for (key, quantizer, _), (_, entry) in latest.items():
         cells[key][quantizer].append(entry)
     return cells
+
+
+def relabel(cells: dict, names: dict[str, str]) -> dict:
+    """The cells with each quantizer in ``names`` shown under its new name (its runs joined to any of that name)."""
+    out = defaultdict(lambda: defaultdict(list))
+    for key, quantizers in cells.items():
+        for q, rows in quantizers.items():
+            out[key][names.get(q, q)] += rows
+    return out
 
 
 #: the error columns a table can show: the result rows' key -> its name
@@ -149,9 +161,10 @@ def main():
                          "median)")
     ap.add_argument("--metric", choices=tuple(METRICS), default="mse",
                     help="the error column: mse (default), or l1 (the example host's L1, in its [-1, 1] units)")
+    ap.add_argument("--label", default="", metavar="OLD=NEW[,OLD=NEW]", help="show a quantizer under another name")
     args = ap.parse_args()
     models = None if args.models is None else {m.strip() for m in args.models.split(",")}
-    cells = load(args.files, args.at, models)
+    cells = relabel(load(args.files, args.at, models), dict(pair.split("=", 1) for pair in args.label.split(",") if pair))
     print(against(cells, args.against) if args.against else table(cells, args.step, args.metric))
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 from hosts import result_path  # noqa: E402
-from hosts_table import load  # noqa: E402
+from hosts_table import load, relabel  # noqa: E402
 
 
 def cell(**changes) -> Namespace:
@@ -42,3 +42,15 @@ def test_a_batch_below_one_is_refused_in_one_line():
                          capture_output=True, text=True)
     assert run.returncode != 0
     assert run.stderr.strip().splitlines() == ["error: --batch must be 1 or more, not 0"]
+
+
+def test_a_label_whose_value_became_the_default_joins_the_default_row(tmp_path):
+    """``--label "pull 0.02=VQ-WAE"``: the runs of the old label and those of the new default are one row."""
+    for name, quantizer, seed in (("a.json", "pull 0.02", 0), ("b.json", "VQ-WAE", 1)):
+        meta = dict(host="paper", dataset="cifar10", num_codes=16384, steps=500, seed=seed, date="2026")
+        curve = [dict(step=500, mse=0.01 + seed, perplexity=100.0)]
+        (tmp_path / name).write_text(json.dumps(dict(meta=meta, rows=[dict(quantizer=quantizer)],
+                                                     curves={quantizer: curve})))
+    cells = relabel(load([tmp_path / "a.json", tmp_path / "b.json"]), {"pull 0.02": "VQ-WAE"})
+    (quantizers,) = cells.values()
+    assert list(quantizers) == ["VQ-WAE"] and sorted(r["mse"] for r in quantizers["VQ-WAE"]) == [0.01, 1.01]
