@@ -45,10 +45,11 @@ file of encoded images written by ``benchmarks/device_pack.py`` (for a machine w
 re-seeds, data starts) drawn afresh, on the seed's host weights, batches and quantizer construction: how far one run
 of a cell is from another (lab 52n).
 
-``--trace-every N`` records, every N steps, VQ-WAE's transport state on the step's own latents (``transport_state``:
-the cost scale, the potential's spread, the EMA cells' TV to pi, the dead shares by the EMA mass and by each code's
-own record, the latents' and codebook's RMS, the splits so far); every evaluation of a traced run records it on the
-test latents, with the share of empty transport cells (issue #81's collapse diagnosis, lab 55).
+``--trace-every N`` records, every N steps, the step's training loss and VQ-WAE's transport state on its own
+latents (``transport_state``: the cost scale, the potential's spread, the EMA cells' TV to pi, the dead shares by the
+EMA mass and by each code's own record, the latents' and codebook's RMS, the splits so far); every evaluation of a
+traced run records it on the test latents, with the share of empty transport cells (issue #81's collapse
+diagnosis, lab 55).
 
 ``--batch B`` trains on B images a step instead of the host's batch (the cell is then its own: ``paper (batch B)`` in
 the tables).
@@ -381,11 +382,13 @@ def build_model(host: str, channels: int, make, seed: int, device: torch.device 
     return model, opt
 
 
-def train_step(model: Model, opt: torch.optim.Optimizer, x: torch.Tensor, mask: torch.Tensor | None) -> None:
+def train_step(model: Model, opt: torch.optim.Optimizer, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """One optimiser step; returns its loss (detached: read on the host only where a run traces)."""
     loss = model.loss(x, mask)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
+    return loss.detach()
 
 
 def main():
@@ -474,14 +477,15 @@ def main():
         for n in names:
             with rngs[n]:
                 t0 = time.perf_counter()
-                train_step(models[n], opts[n], x, mask)
+                loss = train_step(models[n], opts[n], x, mask)
                 if cuda:  # the step's end, not its launch
                     torch.cuda.synchronize(device)
                 times[n].append(time.perf_counter() - t0)
                 if n in traces and step % args.trace_every == 0:
                     with torch.no_grad():
                         z, _ = models[n].host.encode(x, mask)
-                    traces[n].append(dict(step=step, **transport_state(_wasserstein_levels(models[n].quantizer)[0], z)))
+                    state = transport_state(_wasserstein_levels(models[n].quantizer)[0], z)
+                    traces[n].append(dict(step=step, loss=float(loss), **state))
         if step % args.eval_every == 0 or step == args.steps:
             for n in names:
                 with rngs[n]:
