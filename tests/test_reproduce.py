@@ -358,7 +358,7 @@ def test_the_shipped_row_is_also_checked_against_the_fields_vq_alone():
     assert [c.config for c in vqwae_best("lowest MSE", mse, "vqwae-paper", lower=True)] == ["paper"]
     summary = claims_summary([Section("S", "", [], [], claims=shipped)],
                              {"shipped": "shipped", FIELD_COLUMN: "against the field"})
-    assert summary.rows == [["S: lowest MSE", "DOES NOT HOLD", "holds"]]
+    assert summary.rows == [["S: lowest MSE", "—", "DOES NOT HOLD", "holds"]]  # "—": no budget named
 
 
 def test_a_far_row_says_whether_it_is_still_climbing():
