@@ -19,17 +19,23 @@ _FORMAT_1_IMPLICIT = {"wasserstein": {"codebook_update": "gradient", "pi_floor":
 PULL_BEFORE_THE_OPTION = 1.0
 
 
+def implicit_options(kind: str, version: int) -> dict:
+    """The options a quantizer config of format ``version`` leaves out, with the values its run trained with (the one
+    rule for a quantizer's model_config.json and a run's config.json)."""
+    implicit = dict(_FORMAT_1_IMPLICIT.get(kind, {})) if version == 1 else {}
+    if kind == "wasserstein" and version < 3:
+        implicit["pull"] = PULL_BEFORE_THE_OPTION
+    return implicit
+
+
 def upgrade_quantizer_config(kind: str, values: dict, version: int) -> tuple[str, dict]:
     """A saved quantizer config (``model_config.json``'s, or a level's of a residual stack) of format ``version``:
     the registry name and the options today's class takes."""
     from vqwae.quantizers.wasserstein_options import PRODUCT_FORMS, PaperWassersteinConfig, WassersteinConfig
 
-    values = dict(values)
-    if version == 1:
-        values = {**_FORMAT_1_IMPLICIT.get(kind, {}), **values}
+    values = {**implicit_options(kind, version), **values}
     if kind != "wasserstein" or version >= 3:
         return kind, values
-    values.setdefault("pull", PULL_BEFORE_THE_OPTION)
     if values.get("pi_floor", 0.0):
         raise ValueError(f"this model was trained with pi_floor={values['pi_floor']}, an option vqwae removed "
                          "(issue #56): load it with vqwae 0.1 at commit c3f1090")

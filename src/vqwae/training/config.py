@@ -30,7 +30,7 @@ from vqwae.options import (SCHEDULE, SEED_MAX, WHERE, check_fields, find_leaf, f
                            to_flat, to_nested)
 from vqwae.quantizers.shape import CodebookShape
 from vqwae.quantizers.stochastic_options import StochasticConfig, StochasticOptions, initial_log_var
-from vqwae.quantizers.upgrade import _FORMAT_1_IMPLICIT, PULL_BEFORE_THE_OPTION
+from vqwae.quantizers.upgrade import implicit_options
 from vqwae.quantizers.vector_options import VectorConfig, VectorOptions
 from vqwae.ot.catalog import authors_dual_epsilon
 from vqwae.quantizers.wasserstein_options import RETIRED, VQWAEOptions, latents_per_code_pull
@@ -285,10 +285,8 @@ class TrainConfig:
     def from_saved(cls, values: dict) -> "TrainConfig":
         """A run's config.json, of any format version."""
         version = values.get("format_version", 1)
-        if version == 1:  # flat keys; a key the file lacks takes the behaviour of its time
+        if version == 1:  # flat keys
             flat = dict(values)
-            if flat.get("model", "vqwae") == "vqwae":
-                flat = {**_FORMAT_1_IMPLICIT["wasserstein"], **flat}
         elif version in (2, FORMAT_VERSION):
             flat = flatten_paths({k: v for k, v in values.items() if k != "format_version"})
         elif isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
@@ -297,9 +295,9 @@ class TrainConfig:
         else:
             raise ValueError(f"config.json's format_version must be an integer from 1 to {FORMAT_VERSION}, got "
                              f"{version!r}")
-        if version < 3 and flat.get("model", "vqwae") == "vqwae" and not any(k.rsplit(".", 1)[-1] == "pull"
-                                                                           for k in flat):
-            flat["pull"] = PULL_BEFORE_THE_OPTION  # saved before the option: the full pull
+        if flat.get("model", "vqwae") == "vqwae":  # a key the file lacks takes the behaviour of its time
+            given = {k.rsplit(".", 1)[-1] for k in flat}
+            flat.update({k: v for k, v in implicit_options("wasserstein", version).items() if k not in given})
         return from_flat(cls, _without_retired(flat), where="config.json")
 
     def to_dict(self) -> dict:
