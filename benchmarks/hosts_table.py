@@ -17,6 +17,9 @@ its ratio to VQ-VAE's, for cells without VQ-VAE in the process (the large codebo
 have (cell x seed x stream): the geometric mean and the median of the ratios, their range and on how many runs it is
 lower (lab 52m, 52n).
 
+``--rises FACTOR`` counts, instead, each quantizer's evaluations from step 500 whose test MSE is above FACTOR x the
+run's previous evaluation, and names them: how often a run's error jumps between two evaluations (lab 64).
+
 ``--metric l1`` shows the example host's test L1 (the error vector-quantize-pytorch's example reports) in place of
 the MSE.
 
@@ -60,7 +63,8 @@ def load(paths: list[Path], at: int | None = None, models: set[str] | None = Non
                 continue  # a run that did not reach that step
             later = [c["perplexity"] for c in curve if c["step"] >= 1000] or [curve[-1]["perplexity"]]
             run = (m["seed"], m.get("stream", 0))  # files written before streams existed are stream 0
-            entry = dict(row, **curve[-1], run=run, min_ppl_after_1000=min(later))
+            entry = dict(row, **curve[-1], run=run, min_ppl_after_1000=min(later),
+                         errors=[(c["step"], c["mse"]) for c in curve])
             slot, date = (key, row["quantizer"], run), m.get("date", "")
             if slot not in latest or date >= latest[slot][0]:
                 latest[slot] = (date, entry)
@@ -149,6 +153,29 @@ def against(cells: dict, reference: str) -> str:
     return "\n".join(lines)
 
 
+def rises(cells: dict, factor: float, after: int = 500) -> str:
+    """Each quantizer's evaluations from step ``after`` on whose test MSE is above ``factor`` x the run's previous
+    evaluation (an excursion of the run, the issue #81 target "at every evaluation" counts), and which they were."""
+    counts = defaultdict(lambda: [0, 0, 0, []])  # quantizer -> evaluations, rises, runs, the rises
+    for (host, dataset, k, _), quantizers in sorted(cells.items()):
+        for q, rows in quantizers.items():
+            for r in rows:
+                c = counts[q]
+                c[2] += 1
+                for (_, before), (step, now) in zip(r["errors"], r["errors"][1:]):
+                    if step >= after:
+                        c[0] += 1
+                        if now > factor * before:
+                            c[1] += 1
+                            c[3].append(f"{host} {dataset} K={k} seed {r['run'][0]} stream {r['run'][1]} step "
+                                        f"{step}: {before:.5f} -> {now:.5f}")
+    lines = [f"| quantizer | evaluations from step {after:,} | above {factor:g}x the previous | runs | which |",
+             "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {q} | {n} | {x} | {runs} | {'; '.join(which) or '-'} |"
+              for q, (n, x, runs, which) in sorted(counts.items())]
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("files", nargs="+", type=Path)
@@ -159,13 +186,19 @@ def main():
     ap.add_argument("--against", default=None, metavar="QUANTIZER",
                     help="instead of the table: every quantizer's MSE over this one's, run by run (geometric mean, "
                          "median)")
+    ap.add_argument("--rises", type=float, default=None, metavar="FACTOR",
+                    help="instead of the table: every quantizer's evaluations from step 500 whose MSE is above "
+                         "FACTOR x its previous one (excursions)")
     ap.add_argument("--metric", choices=tuple(METRICS), default="mse",
                     help="the error column: mse (default), or l1 (the example host's L1, in its [-1, 1] units)")
     ap.add_argument("--label", default="", metavar="OLD=NEW[,OLD=NEW]", help="show a quantizer under another name")
     args = ap.parse_args()
     models = None if args.models is None else {m.strip() for m in args.models.split(",")}
     cells = relabel(load(args.files, args.at, models), dict(pair.split("=", 1) for pair in args.label.split(",") if pair))
-    print(against(cells, args.against) if args.against else table(cells, args.step, args.metric))
+    if args.rises is not None:
+        print(rises(cells, args.rises))
+    else:
+        print(against(cells, args.against) if args.against else table(cells, args.step, args.metric))
 
 
 if __name__ == "__main__":

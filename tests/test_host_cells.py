@@ -12,7 +12,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 from hosts import result_path  # noqa: E402
-from hosts_table import load, relabel  # noqa: E402
+from hosts_table import load, relabel, rises  # noqa: E402
 
 
 def cell(**changes) -> Namespace:
@@ -54,3 +54,17 @@ def test_a_label_whose_value_became_the_default_joins_the_default_row(tmp_path):
     cells = relabel(load([tmp_path / "a.json", tmp_path / "b.json"]), {"pull 0.02": "VQ-WAE"})
     (quantizers,) = cells.values()
     assert list(quantizers) == ["VQ-WAE"] and sorted(r["mse"] for r in quantizers["VQ-WAE"]) == [0.01, 1.01]
+
+
+def test_rises_counts_the_evaluations_from_step_500_that_jump_above_the_factor_and_names_them(tmp_path):
+    """``--rises 1.5``: a run's error at 1,000 three times its error at 750 is an excursion; a fall, a rise below the
+    factor and a rise before step 500 are not."""
+    errors = {"VQ-WAE": [0.05, 0.01, 0.008, 0.0051, 0.0127], "field": [0.05, 0.01, 0.014, 0.0081, 0.008]}
+    meta = dict(host="default-init", dataset="cifar10", num_codes=16384, steps=1000, seed=0, date="2026")
+    curves = {q: [dict(step=250 * i, mse=e, perplexity=1.0) for i, e in enumerate(v)] for q, v in errors.items()}
+    (tmp_path / "a.json").write_text(json.dumps(dict(meta=meta, rows=[dict(quantizer=q) for q in curves],
+                                                     curves=curves)))
+    table = rises(load([tmp_path / "a.json"]), 1.5).splitlines()
+    assert table[2] == ("| VQ-WAE | 3 | 1 | 1 | default-init cifar10 K=16384 seed 0 stream 0 step 1000: 0.00510 -> "
+                        "0.01270 |")
+    assert table[3] == "| field | 3 | 0 | 1 | - |"
