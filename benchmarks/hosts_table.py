@@ -193,6 +193,9 @@ def main():
                     help="the error column: mse (default), or l1 (the example host's L1, in its [-1, 1] units)")
     ap.add_argument("--label", default="", metavar="OLD=NEW[,OLD=NEW]", help="show a quantizer under another name")
     args = ap.parse_args()
+    missing = [str(f) for f in args.files if not f.is_file()]
+    if missing:
+        ap.error(f"no such result file: {', '.join(missing)}")
     models = None if args.models is None else {m.strip() for m in args.models.split(",")}
     cells = relabel(load(args.files, args.at, models), dict(pair.split("=", 1) for pair in args.label.split(",") if pair))
     if args.rises is not None:
