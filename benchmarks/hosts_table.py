@@ -24,7 +24,9 @@ run's previous evaluation, and names them: how often a run's error jumps between
 the MSE.
 
 ``--label OLD=NEW[,OLD=NEW]`` shows a quantizer under another name (after ``--models``), e.g. ``"pull 0.02=VQ-WAE"``
-for runs of a label whose value became the default (two files' labels for one quantizer then join in one row).
+for runs of a label whose value became the default (two files' labels for one quantizer then join in one row). A run
+both names have counts once: the latest file's row, and within one process (the old default beside the label) the
+label's, which is what NEW names now.
 
 ``--at STEP`` reads every run at that evaluation (runs that did not reach it are left out); the step-time column
 is then the whole run's.
@@ -43,12 +45,16 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def load(paths: list[Path], at: int | None = None, models: set[str] | None = None) -> dict:
+def load(paths: list[Path], at: int | None = None, models: set[str] | None = None,
+         names: dict[str, str] | None = None) -> dict:
     """(host, dataset, K, steps) -> quantizer -> [row per seed at step ``at`` (default: the run's last)], with the
     lowest perplexity from step 1,000 on. A quantizer run on the same seed in several files counts once: the latest
     run (the files' dates), so a cell can join an older process's peers to a newer run of a changed default.
-    ``models``: only these quantizers (None: all)."""
-    latest = {}  # (cell, quantizer, (seed, stream)) -> (date, row)
+    ``models``: only these quantizers (None: all). ``names``: quantizers shown under another name (``--label``), their
+    runs joined to that name's; where one process ran both on a run, the renamed one's row counts (the name means it
+    now)."""
+    names = names or {}
+    latest = {}  # (cell, name, (seed, stream)) -> ((date, renamed), row)
     for p in paths:
         d = json.loads(p.read_text())
         m = d["meta"]
@@ -56,31 +62,23 @@ def load(paths: list[Path], at: int | None = None, models: set[str] | None = Non
         host = m["host"] + (f" (batch {m['batch']})" if "batch" in m else "")  # another batch is another cell
         key = (host, m["dataset"], m["num_codes"], steps)
         for row in d["rows"]:
-            if models is not None and row["quantizer"] not in models:
+            q = row["quantizer"]
+            if models is not None and q not in models:
                 continue
-            curve = [c for c in d["curves"][row["quantizer"]] if c["step"] <= steps]
+            curve = [c for c in d["curves"][q] if c["step"] <= steps]
             if not curve or curve[-1]["step"] != steps:
                 continue  # a run that did not reach that step
             later = [c["perplexity"] for c in curve if c["step"] >= 1000] or [curve[-1]["perplexity"]]
             run = (m["seed"], m.get("stream", 0))  # files written before streams existed are stream 0
+            slot, rank = (key, names.get(q, q), run), (m.get("date", ""), q in names)
             entry = dict(row, **curve[-1], run=run, min_ppl_after_1000=min(later),
                          errors=[(c["step"], c["mse"]) for c in curve])
-            slot, date = (key, row["quantizer"], run), m.get("date", "")
-            if slot not in latest or date >= latest[slot][0]:
-                latest[slot] = (date, entry)
+            if slot not in latest or rank >= latest[slot][0]:
+                latest[slot] = (rank, entry)
     cells = defaultdict(lambda: defaultdict(list))  # table() orders each quantizer's rows by run
     for (key, quantizer, _), (_, entry) in latest.items():
         cells[key][quantizer].append(entry)
     return cells
-
-
-def relabel(cells: dict, names: dict[str, str]) -> dict:
-    """The cells with each quantizer in ``names`` shown under its new name (its runs joined to any of that name)."""
-    out = defaultdict(lambda: defaultdict(list))
-    for key, quantizers in cells.items():
-        for q, rows in quantizers.items():
-            out[key][names.get(q, q)] += rows
-    return out
 
 
 #: the error columns a table can show: the result rows' key -> its name
@@ -156,23 +154,22 @@ def against(cells: dict, reference: str) -> str:
 def rises(cells: dict, factor: float, after: int = 500) -> str:
     """Each quantizer's evaluations from step ``after`` on whose test MSE is above ``factor`` x the run's previous
     evaluation (an excursion of the run, the issue #81 target "at every evaluation" counts), and which they were."""
-    counts = defaultdict(lambda: [0, 0, 0, []])  # quantizer -> evaluations, rises, runs, the rises
+    runs, evaluations, jumps = defaultdict(int), defaultdict(int), defaultdict(list)  # per quantizer
     for (host, dataset, k, _), quantizers in sorted(cells.items()):
         for q, rows in quantizers.items():
+            runs[q] += len(rows)
             for r in rows:
-                c = counts[q]
-                c[2] += 1
                 for (_, before), (step, now) in zip(r["errors"], r["errors"][1:]):
-                    if step >= after:
-                        c[0] += 1
-                        if now > factor * before:
-                            c[1] += 1
-                            c[3].append(f"{host} {dataset} K={k} seed {r['run'][0]} stream {r['run'][1]} step "
+                    if step < after:
+                        continue
+                    evaluations[q] += 1
+                    if now > factor * before:
+                        jumps[q].append(f"{host} {dataset} K={k} seed {r['run'][0]} stream {r['run'][1]} step "
                                         f"{step}: {before:.5f} -> {now:.5f}")
     lines = [f"| quantizer | evaluations from step {after:,} | above {factor:g}x the previous | runs | which |",
              "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {q} | {n} | {x} | {runs} | {'; '.join(which) or '-'} |"
-              for q, (n, x, runs, which) in sorted(counts.items())]
+    lines += [f"| {q} | {evaluations[q]} | {len(jumps[q])} | {runs[q]} | {'; '.join(jumps[q]) or '-'} |"
+              for q in sorted(runs)]
     return "\n".join(lines)
 
 
@@ -197,11 +194,14 @@ def main():
     if missing:
         ap.error(f"no such result file: {', '.join(missing)}")
     models = None if args.models is None else {m.strip() for m in args.models.split(",")}
-    cells = relabel(load(args.files, args.at, models), dict(pair.split("=", 1) for pair in args.label.split(",") if pair))
+    names = dict(pair.split("=", 1) for pair in args.label.split(",") if pair)
+    cells = load(args.files, args.at, models, names)
     if args.rises is not None:
         print(rises(cells, args.rises))
+    elif args.against:
+        print(against(cells, args.against))
     else:
-        print(against(cells, args.against) if args.against else table(cells, args.step, args.metric))
+        print(table(cells, args.step, args.metric))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 from hosts import result_path  # noqa: E402
-from hosts_table import load, relabel, rises  # noqa: E402
+from hosts_table import load, rises  # noqa: E402
 
 
 def cell(**changes) -> Namespace:
@@ -51,7 +51,7 @@ def test_a_label_whose_value_became_the_default_joins_the_default_row(tmp_path):
         curve = [dict(step=500, mse=0.01 + seed, perplexity=100.0)]
         (tmp_path / name).write_text(json.dumps(dict(meta=meta, rows=[dict(quantizer=quantizer)],
                                                      curves={quantizer: curve})))
-    cells = relabel(load([tmp_path / "a.json", tmp_path / "b.json"]), {"pull 0.02": "VQ-WAE"})
+    cells = load([tmp_path / "a.json", tmp_path / "b.json"], names={"pull 0.02": "VQ-WAE"})
     (quantizers,) = cells.values()
     assert list(quantizers) == ["VQ-WAE"] and sorted(r["mse"] for r in quantizers["VQ-WAE"]) == [0.01, 1.01]
 
@@ -68,3 +68,19 @@ def test_rises_counts_the_evaluations_from_step_500_that_jump_above_the_factor_a
     assert table[2] == ("| VQ-WAE | 3 | 1 | 1 | default-init cifar10 K=16384 seed 0 stream 0 step 1000: 0.00510 -> "
                         "0.01270 |")
     assert table[3] == "| field | 3 | 0 | 1 | - |"
+
+
+def test_on_a_run_both_names_have_the_relabelled_row_replaces_the_old_defaults(tmp_path):
+    """A file of the old default beside the label (``"VQ-WAE"`` at the old pull and ``"pull 0.02"``, today's default,
+    on one run), a file of today's default alone and an older file of the label on that run: each run counts once,
+    with today's default's row (the label's within one process, else the latest)."""
+    files = (("a.json", {"VQ-WAE": 0.9, "pull 0.02": 0.5}, 0, "2026"), ("b.json", {"VQ-WAE": 0.7}, 1, "2026"),
+             ("c.json", {"pull 0.02": 0.3}, 1, "2025"))
+    for name, quantizers, seed, date in files:
+        meta = dict(host="paper", dataset="cifar10", num_codes=16384, steps=500, seed=seed, date=date)
+        curves = {q: [dict(step=500, mse=v, perplexity=100.0)] for q, v in quantizers.items()}
+        (tmp_path / name).write_text(json.dumps(dict(meta=meta, rows=[dict(quantizer=q) for q in curves],
+                                                     curves=curves)))
+    cells = load([tmp_path / n for n in ("a.json", "b.json", "c.json")], names={"pull 0.02": "VQ-WAE"})
+    (quantizers,) = cells.values()
+    assert sorted((r["run"][0], r["mse"]) for r in quantizers["VQ-WAE"]) == [(0, 0.5), (1, 0.7)]
